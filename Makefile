@@ -1,0 +1,38 @@
+# `make demo` and `make test` set everything up themselves (idempotent `setup`).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+export WANDB_SILENT ?= true
+
+.PHONY: setup demo test test-slow bench lint clean
+
+setup: $(STAMP)
+
+# torch first, pinned: that takes the local CPU wheel; any later resolver then sees torch satisfied and
+# never pulls a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/python -m specnoise +experiment=quickstart
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-slow: setup
+	$(BIN)/python -m pytest -m slow
+
+bench: setup
+	$(BIN)/python -m specnoise +experiment=bench-decoders
+
+lint: setup
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+clean:
+	rm -rf $(VENV) outputs/runs outputs/multirun

@@ -1,0 +1,428 @@
+"""Structured configs: one dataclass per config-group option, registered in Hydra's ConfigStore.
+
+Types are checked by OmegaConf while Hydra composes; ranges are checked in ``__post_init__``, which runs
+when ``__main__`` turns the composed config into these objects (``OmegaConf.to_object``). Every check
+raises :class:`ConfigError` naming the full key and what is allowed, so a bad command line fails at
+start-up with one readable line instead of a stack trace deep inside a stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+ASSETS_DIR = PACKAGE_DIR / "assets"
+
+
+class UserError(Exception):
+    """Bad input (config value, model path, data file, prompt): the message says what to change.
+
+    The entry point prints it as one line and exits with status 2, with no stack trace."""
+
+
+class ConfigError(UserError, ValueError):
+    """A bad config value: the message names the key and what is allowed."""
+
+
+def check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {message}")
+
+
+def one_of(value: Any, key: str, allowed: tuple) -> None:
+    check(value in allowed, key, f"got {value!r}, expected one of {', '.join(map(str, allowed))}")
+
+
+def at_least(value: float, key: str, low: float) -> None:
+    check(value >= low, key, f"got {value}, must be >= {low}")
+
+
+def config_dir() -> Path:
+    """Where the YAML configs live: inside the installed package, or at the repository root."""
+    for candidate in (PACKAGE_DIR / "conf", PACKAGE_DIR.parent.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise FileNotFoundError("specnoise configs not found (expected conf/config.yaml next to the package)")
+
+
+# `${asset:models/tiny-code}` -> absolute path inside the package, so shipped models and data resolve the
+# same from a clone, an editable install or a wheel.
+if not OmegaConf.has_resolver("asset"):
+    OmegaConf.register_new_resolver("asset", lambda rel: str(ASSETS_DIR / rel))
+
+DTYPES = ("float32", "float16", "bfloat16", "auto")
+DEVICES = ("auto", "cpu", "cuda")
+ATTN = ("sdpa", "eager")
+TEMPLATES = ("raw", "chat", "alpaca", "vicuna", "llama2-chat", "deepseek-coder", "code-instruct")
+
+
+# --------------------------------------------------------------------------------------------- models
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    path: Optional[str] = MISSING  # hub id or local folder; None only for draft=none
+    dtype: str = "float32"
+    device: str = "auto"
+    attn_implementation: str = "sdpa"
+    template: str = "raw"  # prompt template (data/templates.py); "chat" = tokenizer.apply_chat_template
+    revision: Optional[str] = None
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        self._check("model")
+
+    def _check(self, key: str) -> None:
+        one_of(self.dtype, f"{key}.dtype", DTYPES)
+        one_of(self.device, f"{key}.device", DEVICES)
+        one_of(self.attn_implementation, f"{key}.attn_implementation", ATTN)
+        one_of(self.template, f"{key}.template", TEMPLATES)
+
+
+@dataclass
+class DraftConfig(ModelConfig):
+    name: str = "none"
+    path: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        self._check("draft")
+        check(self.name == "none" or bool(self.path), "draft.path", "a draft model needs a hub id or a local path")
+
+
+# ------------------------------------------------------------------------------------------- training
+@dataclass
+class NoiseConfig:
+    length: int = 4  # tokens per noisy segment (paper: 4)
+    content: str = "ahead"  # ahead: copy of an earlier token of the sequence; random: uniform over vocab
+    location: str = "random"  # random start in the response; ppl: the lowest-loss segment (paper App. A)
+    segments: int = 1  # noisy segments per sample (paper: 1)
+    short_response: str = "shrink"  # response too short for the segment: shrink it, or skip noise
+
+    def __post_init__(self) -> None:
+        at_least(self.length, "train.noise.length", 1)
+        one_of(self.content, "train.noise.content", ("ahead", "random"))
+        one_of(self.location, "train.noise.location", ("random", "ppl"))
+        at_least(self.segments, "train.noise.segments", 1)
+        one_of(self.short_response, "train.noise.short_response", ("shrink", "skip"))
+
+
+@dataclass
+class ArchConfig:
+    """Architecture of a model trained from scratch (train=pretrain); any transformers config type."""
+
+    model_type: str = "llama"
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 768
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
+    max_position_embeddings: int = 1024
+    tie_word_embeddings: bool = True
+
+
+@dataclass
+class TrainConfig:
+    name: str = "none"  # none | sft | msn | pretrain
+    output_dir: str = "model"  # relative to the Hydra run directory
+    max_steps: int = -1  # > 0 overrides epochs
+    epochs: float = 1.0
+    learning_rate: float = 2e-4
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.0
+    per_device_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_seq_len: int = 512
+    truncation: str = "right"  # over-long samples are cut at max_seq_len ("right") or raise ("error")
+    bf16: bool = False
+    seed: int = 42
+    save_steps: int = 500
+    save_total_limit: int = 2
+    logging_steps: int = 10
+    eval_samples: int = 64  # held-out samples for the reported held-out loss
+    resume: bool = False
+    gradient_checkpointing: bool = False
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    arch: ArchConfig = field(default_factory=ArchConfig)  # only train=pretrain
+    tokenizer_path: Optional[str] = None  # train=pretrain: reuse this tokenizer instead of training one
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        one_of(self.name, "train.name", ("none", "sft", "msn", "pretrain"))
+        check(self.max_steps == -1 or self.max_steps > 0, "train.max_steps", f"got {self.max_steps}, use -1 or > 0")
+        check(self.epochs > 0, "train.epochs", f"got {self.epochs}, must be > 0")
+        check(self.learning_rate > 0, "train.learning_rate", f"got {self.learning_rate}, must be > 0")
+        at_least(self.per_device_batch_size, "train.per_device_batch_size", 1)
+        at_least(self.gradient_accumulation_steps, "train.gradient_accumulation_steps", 1)
+        at_least(self.max_seq_len, "train.max_seq_len", 8)
+        one_of(self.truncation, "train.truncation", ("right", "error"))
+        at_least(self.save_steps, "train.save_steps", 1)
+        at_least(self.eval_samples, "train.eval_samples", 0)
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    format: str = "alpaca"  # alpaca (instruction/input/output) | text (pretraining corpus) | python_source
+    path: Optional[str] = None  # local .json / .jsonl file (or folder for python_source)
+    hub: Optional[str] = None  # datasets hub name, used when path is None
+    split: str = "train"
+    instruction_field: str = "instruction"
+    input_field: str = "input"
+    output_field: str = "output"  # "response" is accepted as a fallback
+    text_field: str = "text"
+    max_samples: Optional[int] = None
+    # python_source: packages whose installed .py files form the corpus (plus the standard library)
+    packages: list[str] = field(default_factory=list)
+    include_stdlib: bool = True
+    max_chars: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        one_of(self.format, "data.format", ("alpaca", "text", "python_source"))
+        check(self.format == "python_source" or bool(self.path or self.hub), "data.path",
+              "give a local file (data.path=FILE) or a hub dataset (data.hub=NAME)")
+
+
+# ------------------------------------------------------------------------------------------- decoders
+@dataclass
+class DecoderConfig:
+    name: str = MISSING
+    max_new_tokens: Optional[int] = None  # None: the benchmark's budget
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0  # seeds noise initialisation and sampling
+
+    def __post_init__(self) -> None:
+        check(self.max_new_tokens is None or self.max_new_tokens >= 1, "decoder.max_new_tokens",
+              f"got {self.max_new_tokens}, must be >= 1")
+        at_least(self.temperature, "decoder.temperature", 0.0)
+        check(0.0 < self.top_p <= 1.0, "decoder.top_p", f"got {self.top_p}, must be in (0, 1]")
+        at_least(self.top_k, "decoder.top_k", 0)
+
+
+@dataclass
+class ARConfig(DecoderConfig):
+    name: str = "ar"
+
+
+@dataclass
+class JacobiConfig(DecoderConfig):
+    name: str = "jacobi"
+    draft_len: int = 4  # noise slots verified per step (MSN: = training noise length)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self.draft_len, "decoder.draft_len", 1)
+
+
+@dataclass
+class TRJacobiConfig(DecoderConfig):
+    name: str = "tr_jacobi"
+    tree: str = "mc_sim_7b_63"  # template name in decoding/trees.py
+    topk: int = 10  # Jacobi candidates per depth
+    retrieval: bool = True  # False = the paper's "w/o R" ablation
+    retrieval_len: int = 5
+    retrieval_ngram: int = 3
+    faithful: bool = False  # reproduce MSN-R's speed-relevant quirks (never its lossy ones)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self.topk, "decoder.topk", 1)
+        at_least(self.retrieval_len, "decoder.retrieval_len", 1)
+        at_least(self.retrieval_ngram, "decoder.retrieval_ngram", 1)
+
+
+@dataclass
+class PLDConfig(DecoderConfig):
+    name: str = "pld"
+    max_ngram_size: int = 3
+    num_pred_tokens: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self.max_ngram_size, "decoder.max_ngram_size", 1)
+        at_least(self.num_pred_tokens, "decoder.num_pred_tokens", 1)
+
+
+@dataclass
+class LookaheadConfig(DecoderConfig):
+    name: str = "lookahead"
+    W: int = 7  # window
+    N: int = 5  # n-gram size including the key
+    G: int = 7  # n-grams kept per key and verified per step
+    faithful: bool = False  # LADE: a fully matched n-gram drops its bonus token
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self.W, "decoder.W", 1)
+        at_least(self.N, "decoder.N", 2)
+        at_least(self.G, "decoder.G", 0)
+
+
+@dataclass
+class SpeculativeConfig(DecoderConfig):
+    name: str = "speculative"
+    gamma: int = 5
+    schedule: str = "constant"  # constant | heuristic (+2 on full acceptance, -1 otherwise, floor 1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self.gamma, "decoder.gamma", 1)
+        one_of(self.schedule, "decoder.schedule", ("constant", "heuristic"))
+
+
+@dataclass
+class OuroborosConfig(DecoderConfig):
+    name: str = "ouroboros"
+    gamma: int = 6  # draft tokens per target step
+    W: int = 15  # lookahead window of the draft model (= phrase pool capacity per key)
+    beta: int = 4  # phrase length: tokens a phrase adds (lookahead n-gram size N = beta + 1)
+    K: int = 3  # phrases that lengthen a draft
+    phrase_drafting: bool = True  # ablation: False = plain token-by-token drafting
+    lengthening: bool = True  # ablation: False = no phrase candidates after the draft
+    harvest: str = "paper"  # paper | specbench | none (ablation: no harvest from verification)
+    reuse_history: bool = True  # keep the phrase pool across prompts
+    faithful: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self.gamma, "decoder.gamma", 1)
+        at_least(self.W, "decoder.W", 1)
+        at_least(self.beta, "decoder.beta", 1)
+        at_least(self.K, "decoder.K", 0)
+        one_of(self.harvest, "decoder.harvest", ("paper", "specbench", "none"))
+
+
+@dataclass
+class HFGreedyConfig(DecoderConfig):
+    name: str = "hf_greedy"
+
+
+@dataclass
+class HFPLDConfig(DecoderConfig):
+    name: str = "hf_pld"
+    prompt_lookup_num_tokens: int = 10
+    max_matching_ngram_size: int = 3
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self.prompt_lookup_num_tokens, "decoder.prompt_lookup_num_tokens", 1)
+        at_least(self.max_matching_ngram_size, "decoder.max_matching_ngram_size", 1)
+
+
+@dataclass
+class HFAssistedConfig(DecoderConfig):
+    name: str = "hf_assisted"
+    num_assistant_tokens: int = 5
+    schedule: str = "constant"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self.num_assistant_tokens, "decoder.num_assistant_tokens", 1)
+        one_of(self.schedule, "decoder.schedule", ("constant", "heuristic"))
+
+
+DECODER_SCHEMAS: dict[str, type[DecoderConfig]] = {
+    c().name: c
+    for c in (ARConfig, JacobiConfig, TRJacobiConfig, PLDConfig, LookaheadConfig, SpeculativeConfig,
+              OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig)
+}
+
+
+# ----------------------------------------------------------------------------------------- benchmarks
+@dataclass
+class BenchmarkConfig:
+    name: str = "none"  # none = no benchmark stage
+    path: Optional[str] = None  # local JSON/JSONL (overrides hub)
+    hub: Optional[str] = None
+    hub_config: Optional[str] = None
+    split: str = "test"
+    prompt_field: str = "prompt"
+    id_field: Optional[str] = None
+    category_field: Optional[str] = None
+    reference_field: Optional[str] = None
+    limit: Optional[int] = None  # first N prompts
+    max_new_tokens: int = 128
+    scorer: str = "none"  # none | pass_at_1 | gsm8k | rouge | bleu | length
+    template: Optional[str] = None  # override the model's prompt template
+    warmup: int = 1  # warm-up generations (first prompt), discarded
+    check_lossless: bool = True
+    exec_timeout: float = 10.0  # seconds per executed completion (pass_at_1)
+    max_prompt_tokens: Optional[int] = None  # None: the model's context minus max_new_tokens
+
+    def __post_init__(self) -> None:
+        check(self.limit is None or self.limit >= 1, "benchmark.limit", f"got {self.limit}, must be >= 1")
+        at_least(self.max_new_tokens, "benchmark.max_new_tokens", 1)
+        one_of(self.scorer, "benchmark.scorer", ("none", "pass_at_1", "gsm8k", "rouge", "bleu", "length"))
+        at_least(self.warmup, "benchmark.warmup", 0)
+        check(self.template is None or self.template in TEMPLATES, "benchmark.template",
+              f"got {self.template!r}, expected one of {', '.join(TEMPLATES)}")
+        check(self.name != "jsonl" or bool(self.path), "benchmark.path",
+              "benchmark=jsonl needs benchmark.path=FILE (and benchmark.prompt_field=FIELD)")
+
+
+# ------------------------------------------------------------------------------------ logging, report
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"  # wandb | none
+    project: str = "specnoise"
+    entity: Optional[str] = None
+    mode: str = "auto"  # auto: online when an API key is configured, else offline | online | offline
+    group: Optional[str] = None  # default: the experiment name
+    tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        one_of(self.name, "logger.name", ("wandb", "none"))
+        one_of(self.mode, "logger.mode", ("auto", "online", "offline", "disabled"))
+
+
+@dataclass
+class ReportConfig:
+    runs: list[str] = field(default_factory=list)  # run / multirun directories to collect
+    out_dir: Optional[str] = None  # default: the Hydra run directory
+    x: Optional[str] = None  # swept key to plot metrics against (auto-detected when None)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    draft: DraftConfig = field(default_factory=DraftConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = MISSING
+    decoder: Any = MISSING  # one of DECODER_SCHEMAS, chosen by the decoder group
+    decoders: list[str] = field(default_factory=list)  # more decoder options benchmarked in the same job
+    benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    task: str = "run"  # run: train and/or benchmark (or generate `prompt`) | report
+    experiment: str = "default"  # set by experiment presets; groups wandb runs
+    prompt: str = "def fibonacci(n):"  # `task=run` with train=none and benchmark=none generates this
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        one_of(self.task, "task", ("run", "report"))
+        for name in self.decoders:
+            one_of(name, "decoders[]", tuple(DECODER_SCHEMAS))
+
+
+def register_configs() -> None:
+    """Register every schema so YAML options can extend `/schema/<group>/<name>`."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="schema/model", name="model", node=ModelConfig)
+    cs.store(group="schema/draft", name="draft", node=DraftConfig)
+    cs.store(group="schema/train", name="train", node=TrainConfig)
+    cs.store(group="schema/data", name="data", node=DataConfig)
+    cs.store(group="schema/benchmark", name="benchmark", node=BenchmarkConfig)
+    cs.store(group="schema/logger", name="logger", node=LoggerConfig)
+    for name, schema in DECODER_SCHEMAS.items():
+        cs.store(group="schema/decoder", name=name, node=schema)
+
+
+register_configs()

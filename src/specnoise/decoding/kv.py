@@ -1,0 +1,132 @@
+"""The one model wrapper every decoder calls: a stock HF causal LM plus its KV cache.
+
+Everything a draft-and-verify step needs is here, written once:
+  * ``forward``: append a block of tokens after the cache, with explicit RoPE positions and, for trees,
+    an additive 4D mask built from a boolean "who sees whom" matrix inside the block;
+  * ``crop``: forget rejected slots;
+  * ``compact``: move the KV of an accepted tree path next to the cache and forget the rest. A node at
+    depth d was encoded at position P+d, which is exactly its position once the path is compacted.
+``self_test`` checks at start-up that the loaded model honours custom masks and positions.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from specnoise.config import UserError
+
+
+def causal_block(q: int, device=None) -> torch.Tensor:
+    return torch.ones(q, q, dtype=torch.bool, device=device).tril_()
+
+
+class KVModel:
+    """A causal LM and its cache. ``length`` slots of KV are cached; ``forwards`` counts model calls."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.max_length = _context_length(model.config)
+        self.cache = DynamicCache(config=model.config)
+        self.forwards = 0
+        window = getattr(model.config, "sliding_window", None)
+        if window and getattr(model.config, "use_sliding_window", True) and window < self.max_length:
+            raise UserError(
+                f"{model.config.model_type}: sliding-window attention (window {window}) keeps a rolling cache that "
+                "cannot be cropped or compacted; set the model's sliding_window to null or use a dense-cache model"
+            )
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.forwards = 0
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    @torch.inference_mode()
+    def forward(self, tokens, positions=None, tree: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed ``tokens`` after the cached slots; return float32 logits, one row per token.
+
+        positions: absolute positions (default: consecutive after the cache).
+        tree: bool [q, q], ``tree[i, j]`` = token i may attend to new token j (default: causal).
+        Every new token always sees the whole cache.
+        """
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(1, -1)
+        P, q = self.length, ids.shape[1]
+        slots = torch.arange(P, P + q, device=self.device)
+        kwargs = {"past_key_values": self.cache, "use_cache": True, "cache_position": slots}
+        if positions is not None or tree is not None:
+            pos = slots if positions is None else torch.as_tensor(positions, device=self.device).view(-1)
+            keep = causal_block(q, self.device) if tree is None else tree.to(self.device)
+            mask = torch.zeros(1, 1, q, P + q, dtype=self.dtype, device=self.device)
+            mask[0, 0, :, P:].masked_fill_(~keep, torch.finfo(self.dtype).min)
+            kwargs.update(position_ids=pos.view(1, -1), attention_mask=mask)
+        logits = self.model(input_ids=ids, **kwargs).logits
+        self.forwards += 1
+        return logits[0].float()
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached slots."""
+        extra = self.length - n
+        if extra > 0:
+            self.cache.crop(-extra)
+
+    def compact(self, start: int, keep: list[int]) -> None:
+        """Move slots ``keep`` (ascending, all >= start) to ``start, start+1, ...`` and drop everything after."""
+        n = start + len(keep)
+        if keep != list(range(start, n)):
+            idx = torch.as_tensor(keep, device=self.device)
+            for layer in self.cache.layers:
+                # advanced indexing copies the source first, so overlapping slots cannot alias
+                layer.keys[..., start:n, :] = layer.keys[..., idx, :]
+                layer.values[..., start:n, :] = layer.values[..., idx, :]
+        self.crop(n)
+
+
+def _context_length(config) -> int:
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 1 << 30
+
+
+@torch.inference_mode()
+def self_test(model: torch.nn.Module, atol: float | None = None) -> float:
+    """Check that a tree forward gives every node the logits of a plain causal forward of its path.
+
+    Catches models or attention kernels that ignore custom 4D masks or ``position_ids`` before they can
+    produce silently wrong tokens. Returns the largest difference seen.
+    """
+    kv = KVModel(model)
+    atol = atol if atol is not None else (1e-4 if kv.dtype == torch.float32 else 5e-2)
+    gen = torch.Generator().manual_seed(0)
+    vocab = min(kv.vocab_size, model.config.vocab_size)
+    prefix = torch.randint(0, vocab, (5,), generator=gen).tolist()
+    # tree: root r; children a, b; a's children c, d; b's child e   (parents by index, -1 = cache)
+    parents = [-1, 0, 0, 1, 1, 2]
+    nodes = torch.randint(0, vocab, (len(parents),), generator=gen).tolist()
+    depth, tree = [0] * len(parents), torch.eye(len(parents), dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            depth[i] = depth[p] + 1
+            tree[i] |= tree[p]
+    kv.forward(prefix)
+    logits = kv.forward(nodes, positions=[len(prefix) + d for d in depth], tree=tree)
+    worst = 0.0
+    for i in range(len(parents)):
+        path = [j for j in range(i + 1) if tree[i, j]]
+        ref = KVModel(model).forward(prefix + [nodes[j] for j in path])[-1]
+        worst = max(worst, (ref - logits[i]).abs().max().item())
+    if worst > atol:
+        impl = getattr(model.config, "_attn_implementation", "?")
+        raise UserError(
+            f"{model.config.model_type} with attn_implementation={impl!r} does not honour custom 4D attention "
+            f"masks / position_ids (tree logits differ from path logits by {worst:.3g} > {atol}); "
+            "load it with model.attn_implementation=sdpa or eager (FlashAttention cannot take tree masks)"
+        )
+    return worst

@@ -1,0 +1,101 @@
+"""Load a target or draft model by hub id or local path, the same way for shipped tiny models and 8B ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from specnoise.config import ModelConfig, UserError
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    eos_ids: frozenset[int]  # union of the tokenizer's and the generation config's EOS ids
+    template: str
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def max_length(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("model.device=cuda but no CUDA device is visible: use model.device=cpu or auto")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    return DTYPES[name]
+
+
+def is_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or Path(path).expanduser().exists()
+
+
+def eos_set(tokenizer, model) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(int(t) for t in source)
+    return frozenset(ids)
+
+
+def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -> LoadedModel:
+    """Load ``path`` (default ``cfg.path``); errors say what was looked for and how to point elsewhere."""
+    path = str(path or cfg.path)
+    if is_local(path):
+        folder = Path(path).expanduser()
+        if not (folder / "config.json").is_file():
+            raise UserError(
+                f"{role}={cfg.name}: no model at {folder} (expected a save_pretrained folder with config.json); "
+                f"set {role}.path=/path/to/model"
+            )
+    device = resolve_device(cfg.device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            path,
+            revision=cfg.revision,
+            dtype=resolve_dtype(cfg.dtype, device),
+            attn_implementation=cfg.attn_implementation,
+            trust_remote_code=cfg.trust_remote_code,
+        )
+    except OSError as err:
+        raise UserError(
+            f"{role}={cfg.name}: could not load {path!r} ({err.__class__.__name__}: {str(err).splitlines()[0]}). "
+            f"Without network access download it elsewhere and set {role}.path=/local/copy"
+        ) from err
+    model.to(device).eval()
+    return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template)
+
+
+def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:
+    """Draft and target must map text to the same ids (vocab sizes may differ only by padding rows)."""
+    tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if tv != dv:
+        only_t = len(set(tv.items()) - set(dv.items()))
+        raise UserError(
+            f"draft {draft.name!r} and target {target.name!r} use different tokenizers ({only_t} target tokens map "
+            "differently): speculative decoding needs a draft that shares the target's vocabulary"
+        )
