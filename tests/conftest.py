@@ -13,6 +13,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from specnoise.models import LoadedModel
 
+# Tiny matmuls gain nothing from threads, and on a busy 2-core machine torch's default threading makes
+# them many times slower.
+torch.set_num_threads(1)
+
 VOCAB = 96
 EOS = 2
 

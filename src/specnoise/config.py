@@ -151,9 +151,14 @@ class TrainConfig:
     arch: ArchConfig = field(default_factory=ArchConfig)  # only train=pretrain
     tokenizer_path: Optional[str] = None  # train=pretrain: reuse this tokenizer instead of training one
     num_workers: int = 0
+    save_dtype: str = "float32"  # dtype of the saved final model (bfloat16 halves the files of shipped models)
+    max_minutes: Optional[float] = None  # time budget: stop then, warmup + cosine over wall-clock time (see trainer)
 
     def __post_init__(self) -> None:
         one_of(self.name, "train.name", ("none", "sft", "msn", "pretrain"))
+        one_of(self.save_dtype, "train.save_dtype", ("float32", "bfloat16", "float16"))
+        check(self.max_minutes is None or self.max_minutes > 0, "train.max_minutes",
+              f"got {self.max_minutes}, use null or > 0")
         check(self.max_steps == -1 or self.max_steps > 0, "train.max_steps", f"got {self.max_steps}, use -1 or > 0")
         check(self.epochs > 0, "train.epochs", f"got {self.epochs}, must be > 0")
         check(self.learning_rate > 0, "train.learning_rate", f"got {self.learning_rate}, must be > 0")
@@ -176,6 +181,7 @@ class DataConfig:
     input_field: str = "input"
     output_field: str = "output"  # "response" is accepted as a fallback
     text_field: str = "text"
+    conversation_field: str = "conversations"  # LIMA-style rows: alternating user / assistant turns
     max_samples: Optional[int] = None
     # python_source: packages whose installed .py files form the corpus (plus the standard library)
     packages: list[str] = field(default_factory=list)
@@ -233,6 +239,9 @@ class TRJacobiConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        from specnoise.decoding.trees import TEMPLATES as TREES  # data beside the decoder; lazy: no import cycle
+
+        one_of(self.tree, "decoder.tree", tuple(TREES))
         at_least(self.topk, "decoder.topk", 1)
         at_least(self.retrieval_len, "decoder.retrieval_len", 1)
         at_least(self.retrieval_ngram, "decoder.retrieval_ngram", 1)
@@ -288,7 +297,7 @@ class OuroborosConfig(DecoderConfig):
     lengthening: bool = True  # ablation: False = no phrase candidates after the draft
     harvest: str = "paper"  # paper | specbench | none (ablation: no harvest from verification)
     reuse_history: bool = True  # keep the phrase pool across prompts
-    faithful: bool = False
+    faithful: bool = False  # OUR-R: a fully matched phrase drops its bonus token
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -347,20 +356,33 @@ class BenchmarkConfig:
     id_field: Optional[str] = None
     category_field: Optional[str] = None
     reference_field: Optional[str] = None
-    limit: Optional[int] = None  # first N prompts
+    limit: Optional[int] = None  # first N prompts (after the category filter)
+    limit_per_category: Optional[int] = None  # first N prompts of each category (Spec-Bench subsets)
+    categories: list[str] = field(default_factory=list)  # keep only these categories (empty: all)
     max_new_tokens: int = 128
-    scorer: str = "none"  # none | pass_at_1 | gsm8k | rouge | bleu | length
+    # none | pass_at_1 | gsm8k | rouge | bleu | length | per_category (Spec-Bench: each category its own metric)
+    scorer: str = "none"
     template: Optional[str] = None  # override the model's prompt template
     warmup: int = 1  # warm-up generations (first prompt), discarded
     check_lossless: bool = True
     exec_timeout: float = 10.0  # seconds per executed completion (pass_at_1)
-    max_prompt_tokens: Optional[int] = None  # None: the model's context minus max_new_tokens
+    exec_memory_mb: int = 1024  # address-space limit per executed completion (pass_at_1)
+    max_prompt_tokens: Optional[int] = None  # None: the model's context minus max_new_tokens; longer: skipped
+    threads: Optional[int] = None  # torch intra-op threads while benchmarking (None: torch's default)
 
     def __post_init__(self) -> None:
         check(self.limit is None or self.limit >= 1, "benchmark.limit", f"got {self.limit}, must be >= 1")
+        check(self.limit_per_category is None or self.limit_per_category >= 1, "benchmark.limit_per_category",
+              f"got {self.limit_per_category}, must be >= 1")
         at_least(self.max_new_tokens, "benchmark.max_new_tokens", 1)
-        one_of(self.scorer, "benchmark.scorer", ("none", "pass_at_1", "gsm8k", "rouge", "bleu", "length"))
+        one_of(self.scorer, "benchmark.scorer",
+               ("none", "pass_at_1", "gsm8k", "rouge", "bleu", "length", "per_category"))
         at_least(self.warmup, "benchmark.warmup", 0)
+        check(self.exec_timeout > 0, "benchmark.exec_timeout", f"got {self.exec_timeout}, must be > 0")
+        at_least(self.exec_memory_mb, "benchmark.exec_memory_mb", 64)
+        check(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "benchmark.max_prompt_tokens",
+              f"got {self.max_prompt_tokens}, must be >= 1")
+        check(self.threads is None or self.threads >= 1, "benchmark.threads", f"got {self.threads}, must be >= 1")
         check(self.template is None or self.template in TEMPLATES, "benchmark.template",
               f"got {self.template!r}, expected one of {', '.join(TEMPLATES)}")
         check(self.name != "jsonl" or bool(self.path), "benchmark.path",
@@ -386,7 +408,14 @@ class LoggerConfig:
 class ReportConfig:
     runs: list[str] = field(default_factory=list)  # run / multirun directories to collect
     out_dir: Optional[str] = None  # default: the Hydra run directory
-    x: Optional[str] = None  # swept key to plot metrics against (auto-detected when None)
+    x: Optional[str] = None  # swept key to plot metrics against (None: the first numeric swept key; "off": none)
+    metrics: list[str] = field(default_factory=lambda: ["speedup", "mean_accepted_tokens"])  # plotted
+    categories: bool = True  # per-category table and plot when a benchmark has categories
+    plots: bool = True  # PNG plots (matplotlib, Agg)
+    wandb: bool = True  # with logger=wandb: also log the table and plots as one `report` run
+
+    def __post_init__(self) -> None:
+        check(bool(self.metrics), "report.metrics", "list at least one metric, e.g. [speedup,mean_accepted_tokens]")
 
 
 @dataclass

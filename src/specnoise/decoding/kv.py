@@ -75,6 +75,7 @@ class KVModel:
         if extra > 0:
             self.cache.crop(-extra)
 
+    @torch.inference_mode()  # the cached tensors are inference tensors: in-place writes need the same mode
     def compact(self, start: int, keep: list[int]) -> None:
         """Move slots ``keep`` (ascending, all >= start) to ``start, start+1, ...`` and drop everything after."""
         n = start + len(keep)

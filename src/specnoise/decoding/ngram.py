@@ -29,9 +29,16 @@ def prompt_lookup(seq: list[int], max_ngram: int, num_pred: int) -> list[int]:
     L = len(seq)
     for n in range(min(max_ngram, L), 0, -1):
         suffix, first = seq[L - n:], seq[L - n]
-        for s in range(0, min(L - 2 * n, L - n - num_pred + 1)):
-            if seq[s] == first and seq[s:s + n] == suffix:
+        stop = min(L - 2 * n, L - n - num_pred + 1)  # starts s < stop qualify
+        s = 0
+        while s < stop:
+            try:
+                s = seq.index(first, s, stop)  # jump between candidate starts in C, not per token in Python
+            except ValueError:
+                break
+            if seq[s:s + n] == suffix:
                 return seq[s + n:s + n + num_pred]
+            s += 1
     return []
 
 

@@ -1,0 +1,52 @@
+"""Hydra callback: after every multirun, write one report of the whole sweep into ``<sweep dir>/report``.
+
+Enabled by ``hydra/callbacks=report`` (conf/hydra/callbacks/report.yaml) and by every sweep preset in
+conf/experiment/. It runs in the launching process once all jobs have returned (also with the joblib and
+submitit launchers). A failed job has already left its FAILED.json (see ``__main__``), so the report lists
+it; a report that cannot be written is logged and never turns a finished sweep into a failure.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from specnoise.config import ReportConfig, UserError
+
+log = logging.getLogger("specnoise.report")
+
+
+class ReportCallback(Callback):
+    def __init__(self, subdir: str = "report") -> None:
+        self.subdir = subdir
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from specnoise.report import build_report, log_to_wandb
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        job_cfg = copy.deepcopy(config)  # the sweep's own config, as a job would see it (without `hydra`)
+        with read_write(job_cfg), open_dict(job_cfg):
+            del job_cfg["hydra"]
+        settings = ReportConfig(**OmegaConf.to_container(job_cfg.report, resolve=True))
+        experiment = job_cfg.get("experiment", "default")
+        try:
+            path = build_report([sweep_dir], sweep_dir / self.subdir, settings, title=f"specnoise sweep: {experiment}")
+        except UserError as err:
+            log.warning(f"no sweep report: {err}")
+            return
+        except Exception:  # noqa: BLE001 - the jobs' results are safe on disk; a plotting bug must not hide them
+            log.exception(f"writing the sweep report for {sweep_dir} failed; run task=report report.runs=[{sweep_dir}]")
+            return
+        log.info(f"sweep report: {path}")
+        if settings.wandb:
+            try:  # the sweep's base config may only become valid with each job's overrides
+                conf = OmegaConf.to_object(job_cfg)
+            except UserError as err:
+                log.warning(f"sweep report not logged to wandb: {err}")
+                return
+            log_to_wandb(path.parent, conf, job_cfg)

@@ -1,0 +1,113 @@
+"""The peers users would pick instead: Hugging Face ``generate()`` greedy, with prompt lookup, and assisted.
+
+They run through the same runner and output contract as our decoders. ``generate()`` keeps its own cache,
+so the ``KVModel`` of the base class only keeps count: a forward hook (removed afterwards) counts target and
+draft calls, and a streamer receives each target forward's accepted tokens, which go to ``out.emit`` as
+one block each, exactly like our decoders' steps.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import GenerationConfig
+from transformers.generation.streamers import BaseStreamer
+
+from specnoise.config import UserError
+from specnoise.decoding.base import Decoder, Output
+from specnoise.decoding.kv import KVModel
+
+# generate() fills every field left None from the model's own generation_config, so the knobs that change
+# greedy choices are pinned to neutral values: the peers must stay the plain greedy oracle
+GREEDY = dict(do_sample=False, num_beams=1, repetition_penalty=1.0, encoder_repetition_penalty=1.0,
+              no_repeat_ngram_size=0, min_length=0, temperature=1.0, top_p=1.0, top_k=50)
+
+
+class _Blocks(BaseStreamer):
+    """generate() streams the prompt first, then the tokens each target forward accepted."""
+
+    def __init__(self):
+        self.blocks: list[list[int]] | None = None
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.blocks is None:
+            self.blocks = []  # the prompt
+        else:
+            self.blocks.append(value.view(-1).tolist())
+
+    def end(self) -> None:
+        pass
+
+
+def _count_forwards(kv: KVModel):
+    def hook(*_):
+        kv.forwards += 1
+
+    return kv.model.register_forward_hook(hook)
+
+
+class HFGreedy(Decoder):
+    name = "hf_greedy"
+
+    def options(self) -> dict:
+        """GenerationConfig fields beyond greedy decoding and the budget."""
+        return {}
+
+    def models(self) -> dict:
+        """generate() arguments naming other models (the assistant)."""
+        return {}
+
+    def decode(self, prompt: list[int], out: Output) -> None:
+        model = self.target_model.model
+        eos = sorted(self.eos_ids) or None
+        pad = model.generation_config.pad_token_id
+        config = GenerationConfig(**GREEDY, max_new_tokens=out.budget, eos_token_id=eos,
+                                  pad_token_id=pad if pad is not None else (eos[0] if eos else 0), **self.options())
+        ids = torch.tensor([prompt], device=self.target.device)
+        blocks = _Blocks()
+        hooks = [_count_forwards(kv) for kv in (self.target, self.draft) if kv is not None]
+        try:
+            model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=blocks,
+                           **self.models())
+        finally:
+            for hook in hooks:
+                hook.remove()
+        for block in blocks.blocks or []:
+            out.emit(block)
+
+
+class HFPLD(HFGreedy):
+    name = "hf_pld"
+
+    def options(self) -> dict:
+        return dict(prompt_lookup_num_tokens=self.cfg.prompt_lookup_num_tokens,
+                    max_matching_ngram_size=self.cfg.max_matching_ngram_size)
+
+
+class HFAssisted(HFGreedy):
+    """Assisted generation; generate() reads the draft length and its schedule from the draft's own config."""
+
+    name = "hf_assisted"
+    needs_draft = True
+
+    def models(self) -> dict:
+        target, draft = self.target_model, self.draft_model
+        if target.model.config.get_text_config().vocab_size == draft.model.config.get_text_config().vocab_size:
+            return dict(assistant_model=draft.model)
+        # same tokenizer, vocabularies padded differently: generate() then wants both tokenizers
+        if target.tokenizer is None or draft.tokenizer is None:
+            raise UserError("hf_assisted: target and draft vocabulary sizes differ and no tokenizers are loaded; "
+                            "use decoder=speculative, which compares ids over the shared vocabulary")
+        return dict(assistant_model=draft.model, tokenizer=target.tokenizer, assistant_tokenizer=draft.tokenizer)
+
+    def decode(self, prompt: list[int], out: Output) -> None:
+        config = self.draft_model.model.generation_config
+        wanted = dict(num_assistant_tokens=self.cfg.num_assistant_tokens,
+                      num_assistant_tokens_schedule=self.cfg.schedule,
+                      assistant_confidence_threshold=0.0)  # off: exactly num_assistant_tokens drafts a step
+        saved = {key: getattr(config, key, None) for key in wanted}
+        # set on every call: the heuristic schedule writes its last draft length back into the config
+        config.update(**wanted)
+        try:
+            super().decode(prompt, out)
+        finally:
+            config.update(**saved)

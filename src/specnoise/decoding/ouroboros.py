@@ -1,0 +1,130 @@
+"""Ouroboros (ALGORITHMS.md §9): speculative decoding whose draft model drafts in phrases, and whose drafts are
+lengthened by phrases the target has already produced.
+
+One target step:
+  1. phrase drafting: Lookahead on the DRAFT model (its window and KV persist within a prompt) until gamma
+     tokens are drafted;
+  2. lengthening: the K newest pool phrases keyed by the draft's last token hang after the draft;
+  3. one target forward over [uncached context] + draft + phrases with the phrase tree mask;
+  4. acceptance along draft-then-phrases (greedy: longest match; sampling: sequential multi-candidate
+     rejection with one-hot drafts, so the target distribution is kept exactly), KV compaction, and harvest:
+     the target's predictions over discarded drafts become new phrases, tried phrases their verified versions.
+The phrase pool lives on the decoder and, with ``reuse_history``, across prompts. Correctness depends only on
+the target's verification: every draft-side choice changes speed, never tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specnoise.decoding.base import Decoder, Output
+from specnoise.decoding.lookahead import LookaheadWindow, greedy_pick, layout, walk
+from specnoise.decoding.ngram import NGramPool
+from specnoise.decoding.sampling import multi_candidate_accept, warp
+from specnoise.decoding.speculative import check_draft_context, draft_tokens, draft_vocab, rewind
+
+
+def harvest_discarded(pool: NGramPool, rejected: list[int], preds: list[int], M: int) -> None:
+    """Paper §3.3 / OUR-R ``add_extra_ngram``: after each rejected draft token, the target's predictions form a
+    phrase for as long as the draft agreed with them (so each prediction saw the phrase before it)."""
+    for t, key in enumerate(rejected):
+        body = [preds[t]]
+        while len(body) < M and t + len(body) < len(rejected) and rejected[t + len(body)] == body[-1]:
+            body.append(preds[t + len(body)])
+        if len(body) == M:
+            pool.insert(key, body)
+
+
+def harvest_specbench(pool: NGramPool, chain: list[int], phrase_preds: list[list[int]], M: int) -> None:
+    """OUR-SB: each token of [correction, predictions after each rejected draft token] keys the tokens after it,
+    topped up to M with each tried phrase's predictions when too short."""
+    for s, key in enumerate(chain):
+        body = chain[s + 1:]
+        if len(body) >= M:
+            pool.insert(key, body[:M])
+            continue
+        for preds in phrase_preds:
+            pool.insert(key, body + preds[:M - len(body)])
+
+
+class Ouroboros(Decoder):
+    name = "ouroboros"
+    needs_draft = True
+    supports_sampling = True
+
+    def __init__(self, cfg, target, draft=None):
+        super().__init__(cfg, target, draft)
+        self.vocab = draft_vocab(target, draft, self.target, self.draft)
+        self.pool = NGramPool(cfg.W)  # G = W (OUR-R asserts it)
+
+    def reset_history(self) -> None:
+        self.pool.clear()
+
+    def pick(self, logits: torch.Tensor, candidates: list[int]) -> tuple[int, bool]:
+        if self.cfg.temperature == 0:
+            return greedy_pick(logits, candidates)
+        return multi_candidate_accept(warp(logits, self.cfg), candidates, self.generator)
+
+    def decode(self, prompt: list[int], out: Output) -> None:
+        cfg, M = self.cfg, self.cfg.beta
+        check_draft_context(self.draft, prompt, out)
+        if not cfg.reuse_history:
+            self.pool.clear()
+        noise = torch.Generator().manual_seed(cfg.seed)  # per prompt: speed independent of prompt order
+        window = LookaheadWindow(M + 1, cfg.W, self.pool, prompt, noise, cfg.faithful)
+        seq = list(prompt)
+        while True:
+            # 1. draft; drafts past the budget could never be emitted
+            d, fed = self.draft_tokens(window, seq, min(cfg.gamma, out.budget - len(out.tokens) - 1))
+            # 2. lengthen with the newest phrases for the draft's last token
+            key = (seq + d)[-1]
+            phrases = self.pool.newest(key, cfg.K) if cfg.lengthening else []
+            # 3. one target forward; the first step's is the target's prefill
+            P, trunk = self.target.length, seq[self.target.length:] + d
+            lay = layout(len(trunk), (), len(phrases), M)
+            logits = self.target.forward(trunk + [t for g in phrases for t in g], lay.offsets + P, lay.tree)
+            # 4. accept along draft-then-phrase paths (phrases share the draft as their prefix)
+            root, d_nodes = len(trunk) - len(d) - 1, list(range(len(trunk) - len(d), len(trunk)))
+            paths = [d + list(g[:M - 1] if cfg.faithful else g) for g in phrases] or [d]
+            block, kept = walk(paths, [d_nodes + nodes for nodes in lay.ngrams] or [d_nodes], root, logits, self.pick)
+            start = len(seq)
+            seq += out.emit(block)
+            if out.done:
+                return
+            self.target.compact(start, [P + i for i in kept])
+            rewind(self.draft, fed, seq)
+            self.harvest(key, d, phrases, logits.argmax(-1).tolist(), root, d_nodes, lay.ngrams, len(block) - 1)
+
+    def draft_tokens(self, window: LookaheadWindow, seq: list[int], want: int) -> tuple[list[int], list[int]]:
+        """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), and all the tokens the draft model has seen."""
+        if want <= 0:
+            return [], list(seq)
+        if not self.cfg.phrase_drafting:  # ablation: plain token-by-token drafting
+            d, _ = draft_tokens(self.draft, seq, want, self.vocab)
+            return d, seq + d
+        d: list[int] = []
+        while len(d) < want and not self.eos_ids.intersection(d):
+            d += window.step(self.draft, seq + d, self.vocab)
+        fed = seq + d
+        for i, t in enumerate(d):
+            if t in self.eos_ids:
+                d = d[:i + 1]
+                break
+        return d[:want], fed
+
+    def harvest(self, key: int, d: list[int], phrases: list, y: list[int], root: int, d_nodes: list[int],
+                phrase_nodes: list[list[int]], accepted: int) -> None:
+        """Feed the pool from verification (greedy predictions, also under sampling: the pool only guesses).
+
+        y: argmax per block index; root / d_nodes / phrase_nodes: block indices; accepted: draft tokens kept."""
+        M, how = self.cfg.beta, self.cfg.harvest
+        phrase_preds = [[y[i] for i in nodes] for nodes in phrase_nodes]
+        if accepted < len(d):  # draft rejected: its tail still shows what the target continues with
+            if how == "paper":
+                harvest_discarded(self.pool, d[accepted:], [y[i] for i in d_nodes[accepted:]], M)
+            elif how == "specbench":
+                harvest_specbench(self.pool, [y[i] for i in ([root] + d_nodes)[accepted:]], phrase_preds, M)
+        elif how == "paper":  # draft accepted: each tried phrase becomes what the target made of it
+            u0 = y[([root] + d_nodes)[-1]]
+            for g, preds in zip(phrases, phrase_preds):
+                self.pool.replace(key, g, [u0] + preds[:M - 1])

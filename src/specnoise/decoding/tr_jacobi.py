@@ -1,0 +1,116 @@
+"""TR-Jacobi (MSN §3.3): verify a token tree of Jacobi candidates plus a retrieval chain in one forward.
+
+Candidates live in a matrix ``C`` (one row per depth): columns 0..topk-1 hold the top-k predictions the
+previous step made at the first rejected slots of its best path (Jacobi refresh, now with alternatives),
+the last column the continuation of an earlier occurrence of the newest n-gram. Empty cells get ahead
+noise. The tree template (trees.py) picks which cells are verified; the path with the most accepted
+tokens wins, the first one on ties, and its KV is compacted next to the cache.
+
+Unlike MSN's reference code, paths are compared only within their true length (its padding lets the root
+match itself: wrong tokens), and the output is cut at the first EOS and at the budget (``Output``).
+``faithful=True`` reproduces its speed-only quirks: padded paths give the root's top-k to deeper rows,
+a score-0 retrieval still returns tokens, and the first step has no retrieval.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specnoise.decoding.base import Decoder, Output
+from specnoise.decoding.ngram import ahead_noise
+from specnoise.decoding.trees import build_tree, with_prefix
+
+
+def retrieve(seq: list[int], n: int, length: int, faithful: bool = False) -> list[int]:
+    """Up to ``length`` tokens after the earliest n-gram window sharing the longest suffix with ``seq[-n:]``.
+
+    Windows end at least n tokens before the end; score = common suffix length. Score 0 returns nothing
+    (MSN's code returns the tokens after window 0; ``faithful`` keeps that).
+    """
+    stop = len(seq) - n  # windows seq[s:s+n] for s <= len(seq) - 2n, so their last token lies before `stop`
+    if stop < n:
+        return []
+    query, best, start = seq[-n:], 0, 0
+    end = n - 1
+    while best < n:
+        try:
+            end = seq.index(query[-1], end, stop)  # every window scoring > 0 ends on the query's last token
+        except ValueError:
+            break
+        score = 1
+        while score < n and seq[end - score] == query[-1 - score]:
+            score += 1
+        if score > best:
+            best, start = score, end - n + 1
+        end += 1
+    if best == 0 and not faithful:
+        return []
+    return seq[start + n:start + n + length]
+
+
+def best_path(paths: list[list[int]], right: list[bool]) -> tuple[list[int], int]:
+    """The path with the most leading right nodes (the first one on ties) and that count.
+
+    Only a path's own nodes are compared: padding them with the root lets the root "match" itself (MSN's
+    reference code), which accepts tokens the model never predicted.
+    """
+    best, accepted = paths[0], 0
+    for path in paths:
+        a = 0
+        while a + 1 < len(path) and right[path[a + 1]]:
+            a += 1
+        if a > accepted:
+            best, accepted = path, a
+    return best, accepted
+
+
+class TRJacobi(Decoder):
+    name = "tr_jacobi"
+
+    def __init__(self, cfg, target, draft=None):
+        super().__init__(cfg, target, draft)
+        self.R = cfg.retrieval_len if cfg.retrieval else 0
+        self.tree = build_tree(cfg.tree, cfg.topk, self.R, device=self.target.device)
+
+    def decode(self, prompt: list[int], out: Output) -> None:
+        tree, K, faithful = self.tree, self.cfg.topk, self.cfg.faithful
+        seq = list(prompt)  # accepted context
+        pending = list(prompt)  # accepted tokens without KV yet, root last; the first step is fused with prefill
+        C: list[int | None] = [None] * (tree.rows * tree.width)  # candidate matrix, flat; None = empty
+        first = True
+        while True:
+            if self.R and not (faithful and first):
+                for d, token in enumerate(retrieve(seq, self.cfg.retrieval_ngram, self.R, faithful)):
+                    C[d * tree.width + K] = token
+            empty = [c for c in tree.used if C[c] is None]
+            for c, token in zip(empty, ahead_noise(seq[:-1] or seq, len(empty), self.generator)):
+                C[c] = token  # ahead noise from the accepted context before the root
+            nodes = [C[c] for c in tree.cell]
+
+            P, m = self.target.length, len(pending)
+            positions = tree.depth + (P + m - 1)
+            if m > 1:
+                positions = torch.cat([torch.arange(P, P + m - 1, device=positions.device), positions])
+            logits = self.target.forward(pending + nodes, positions, with_prefix(tree.mask, m - 1))[m - 1:]
+            y = logits.argmax(-1).tolist()  # y[i]: prediction after input i (root = 0, node i = i)
+            tokens = [pending[-1]] + nodes
+            right = [False] + [tokens[i] == y[tree.parent[i]] for i in range(1, len(tokens))]
+            path, a = best_path(tree.paths, right)
+            block = [tokens[i] for i in path[1:a + 1]] + [y[path[a]]]  # accepted nodes + the bonus token
+            out.emit(block)
+            if out.done:
+                return
+            root_slot = P + m - 1
+            self.target.compact(root_slot, [root_slot + i for i in path[:a + 1]])
+            seq += block
+            pending = [block[-1]]
+            first = False
+
+            # next candidates: the top-k after each rejected node of the best path, one row per depth
+            # (faithful: paths padded with the root to full depth, as MSN's code does)
+            C = [None] * (tree.rows * tree.width)
+            slots = (path + [0] * tree.rows)[a + 1:tree.rows + 1] if faithful else path[a + 1:]
+            if slots:
+                k = min(K, logits.shape[-1])
+                for d, row in enumerate(logits[slots].topk(k, dim=-1).indices.tolist()):
+                    C[d * tree.width:d * tree.width + k] = row

@@ -1,0 +1,106 @@
+"""Token-tree templates as data, and what a verify step needs from one (built once per decoder).
+
+A template is a list of nodes; a node is a tuple of candidate columns, one per depth, Medusa style: the
+node's token is ``C[depth - 1][last column]`` of the step's candidate matrix ``C``, whatever its parent.
+Ancestors (the node's prefixes) must come before it. TR-Jacobi puts a retrieval chain ``(R,), (R, R), ...``
+in front, with ``R`` the column after the top-k ones.
+
+Input index 0 is the root (the newest accepted token); template node i sits at index i + 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specnoise.config import UserError
+
+# Medusa's vicuna-7b tree (`mc_sim_7b_63`, the same list in Medusa and Spec-Bench): depth counts 10/28/23/2.
+MC_SIM_7B_63 = [
+    (0,), (0, 0), (1,), (0, 1), (2,), (0, 0, 0), (1, 0), (0, 2), (3,), (0, 3), (4,), (0, 4), (2, 0), (0, 5),
+    (0, 0, 1), (5,), (0, 6), (6,), (0, 7), (0, 1, 0), (1, 1), (7,), (0, 8), (0, 0, 2), (3, 0), (0, 9), (8,), (9,),
+    (1, 0, 0), (0, 2, 0), (1, 2), (0, 0, 3), (4, 0), (2, 1), (0, 0, 4), (0, 0, 5), (0, 0, 0, 0), (0, 1, 1),
+    (0, 0, 6), (0, 3, 0), (5, 0), (1, 3), (0, 0, 7), (0, 0, 8), (0, 0, 9), (6, 0), (0, 4, 0), (1, 4), (7, 0),
+    (0, 1, 2), (2, 0, 0), (3, 1), (2, 2), (8, 0), (0, 5, 0), (1, 5), (1, 0, 1), (0, 2, 1), (9, 0), (0, 6, 0),
+    (0, 0, 0, 1), (1, 6), (0, 7, 0),
+]
+
+TEMPLATES: dict[str, list[tuple[int, ...]]] = {
+    "mc_sim_7b_63": MC_SIM_7B_63,
+    # smaller trees for weak models or slow hardware, where 69-token verify forwards cost more than they win
+    "3level_20": [
+        (0,), (1,), (2,), (3,), (4,), (0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (2, 0), (3, 0),
+        (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (1, 0, 0), (0, 2, 0), (2, 0, 0),
+    ],
+    "2level_12": [(0,), (1,), (2,), (3,), (4,), (5,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0)],
+    # one top-1 chain: TR-Jacobi without branching (plus the retrieval chain)
+    "chain_4": [(0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)],
+}
+
+
+@dataclass(frozen=True)
+class Tree:
+    """What a verify step reads; small per-node tables are lists (a step walks them in Python, faster than
+    a dozen tiny tensor ops), what the forward takes is tensors."""
+
+    nodes: list[tuple[int, ...]]  # template order, retrieval chain first
+    depth: torch.Tensor  # long [N + 1]: position offset of each input after the root (root: 0)
+    mask: torch.Tensor  # bool [N + 1, N + 1]: input i sees the root, its ancestors and itself
+    parent: list[int]  # [N + 1]; the root is its own parent
+    paths: list[list[int]]  # root-to-leaf input indices, true lengths, retrieval chain first
+    cell: list[int]  # [N]: flat index of each node's token in the candidate matrix [rows, width]
+    used: list[int]  # the cells some node reads
+    rows: int  # candidate-matrix rows = deepest node
+    width: int  # candidate-matrix columns = topk (+ 1 retrieval column)
+
+
+def tree_names() -> str:
+    return ", ".join(TEMPLATES)
+
+
+def build_tree(name: str, topk: int, retrieval_len: int = 0, device=None) -> Tree:
+    """The template ``name`` with a retrieval chain of ``retrieval_len`` nodes in column ``topk`` in front."""
+    if name not in TEMPLATES:
+        raise UserError(f"unknown tree template {name!r}: set decoder.tree to one of {tree_names()}")
+    template = TEMPLATES[name]
+    widest = max(c for node in template for c in node) + 1
+    if widest > topk:
+        raise UserError(f"tree {name!r} uses candidate ranks up to {widest - 1}: set decoder.topk >= {widest} "
+                        "or pick a smaller tree")
+    nodes = [(topk,) * d for d in range(1, retrieval_len + 1)] + list(template)
+    index = {node: i + 1 for i, node in enumerate(nodes)}
+    if len(index) != len(nodes):
+        raise ValueError(f"tree {name!r} repeats a node")
+
+    n = len(nodes) + 1
+    depth, parent = [0] * n, [0] * n
+    mask = torch.eye(n, dtype=torch.bool)
+    mask[:, 0] = True
+    paths: list[list[int]] = []
+    for i, node in enumerate(nodes, start=1):
+        ancestors = [index.get(node[:d], n) for d in range(1, len(node))]
+        if any(a >= i for a in ancestors):
+            raise ValueError(f"tree {name!r}: node {node} comes before one of its ancestors")
+        depth[i], parent[i] = len(node), (ancestors[-1] if ancestors else 0)
+        mask[i, ancestors] = True
+        path = [0, *ancestors, i]
+        # a path that is a strict prefix of this one is no longer a leaf path
+        paths = [p for p in paths if p != path[:len(p)]] + [path]
+
+    width = topk + (1 if retrieval_len else 0)
+    cell = [(len(node) - 1) * width + node[-1] for node in nodes]
+    return Tree(nodes, torch.tensor(depth, device=device), mask.to(device), parent, paths, cell, sorted(set(cell)),
+                max(depth), width)
+
+
+def with_prefix(mask: torch.Tensor, n: int) -> torch.Tensor:
+    """The keep-matrix for ``n`` causal tokens (an uncached prompt) followed by a tree that sees all of them."""
+    if n == 0:
+        return mask
+    q = n + mask.shape[0]
+    keep = torch.zeros(q, q, dtype=torch.bool, device=mask.device)
+    keep[:n, :n] = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril_()
+    keep[n:, :n] = True
+    keep[n:, n:] = mask
+    return keep

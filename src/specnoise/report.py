@@ -1,0 +1,407 @@
+"""Collect finished runs into one pandas table: CSV, Markdown, PNG plots and a console table.
+
+``python -m specnoise task=report report.runs=[DIR,...]`` (and the multirun callback, after every sweep)
+searches each DIR recursively for job directories - ``results.json`` (a benchmark), ``FAILED.json`` (a job
+that raised) or just ``.hydra/`` (e.g. a training-only job) - and builds one row per job x decoder x
+category. Each job's command-line overrides (``.hydra/overrides.yaml``) become columns, so whatever a
+sweep varied is a column; the keys that vary decide how the plots are grouped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a display, also on a head node
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from specnoise.config import Config, ReportConfig, UserError  # noqa: E402
+
+log = logging.getLogger("specnoise.report")
+
+ROW_KEYS = ("decoder", "model", "draft", "benchmark", "category")
+METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_accepted_tokens", "tokens_per_second",
+           "ar_tokens_per_second", "speedup", "lossless_fraction", "task_score", "score_metric")
+TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup",
+                 "lossless_fraction", "task_score")
+GROUP_KEYS = ("model", "draft", "benchmark")  # row fields that tell jobs apart before any override does
+ROW_FIELDS = frozenset(ROW_KEYS + METRICS)
+TRAIN_KEYS = ("stage", "steps", "train_loss", "heldout_loss", "train_seconds")  # from train_results.json
+
+
+@dataclass
+class Job:
+    path: Path
+    overrides: dict[str, object]
+    rows: list[dict] = field(default_factory=list)
+    error: str | None = None
+    note: str = ""
+    train: dict = field(default_factory=dict)  # train_results.json of a job that trained
+
+
+# ------------------------------------------------------------------------------------------- collect
+def find_jobs(roots: list[Path]) -> list[Path]:
+    """Every job directory under the roots: the folders holding results.json, FAILED.json or .hydra/."""
+    found: set[Path] = set()
+    for root in (Path(r).resolve() for r in roots):
+        if not root.exists():
+            raise UserError(f"report.runs: {root} does not exist: pass run or multirun directories (outputs/...)")
+        for name in ("results.json", "FAILED.json", ".hydra/overrides.yaml"):
+            found.update(p.parent for p in root.rglob(name))
+    found = {p.parent if p.name == ".hydra" else p for p in found}
+    return sorted(found, key=_natural_key)
+
+
+def _natural_key(path: Path) -> list:
+    # multirun job folders are 0, 1, ..., 10: sort them as numbers, not as strings
+    return [int(part) if part.isdigit() else part for part in path.parts]
+
+
+def parse_value(text: str) -> object:
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, (list, dict)):
+        return text  # a list such as decoders=[jacobi,pld] is one label, not data
+    return text if value is None else value
+
+
+def read_overrides(job_dir: Path) -> dict[str, object]:
+    path = job_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return {}
+    overrides = {}
+    for item in yaml.safe_load(path.read_text()) or []:
+        key, _, value = str(item).partition("=")
+        overrides[key.lstrip("+~")] = parse_value(value)
+    return overrides
+
+
+def read_job(job_dir: Path) -> Job | None:
+    job = Job(job_dir, read_overrides(job_dir))
+    if job.overrides.get("task") == "report":
+        return None  # an earlier report run, not an experiment
+    results, failed, trained = job_dir / "results.json", job_dir / "FAILED.json", job_dir / "train_results.json"
+    if trained.is_file():
+        try:
+            job.train = json.loads(trained.read_text())
+        except json.JSONDecodeError:
+            job.note = "unreadable train_results.json"
+    if results.is_file():
+        try:
+            data = json.loads(results.read_text())
+            job.rows = list(data["rows"])
+            job.overrides.setdefault("experiment", data.get("config", {}).get("experiment"))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            job.error = f"unreadable results.json ({type(err).__name__}: {err})"
+    if failed.is_file():
+        try:
+            job.error = json.loads(failed.read_text()).get("error") or "failed (no message)"
+        except json.JSONDecodeError:
+            job.error = "failed (unreadable FAILED.json)"
+    if not job.rows and job.error is None and not job.train:
+        job.note = "no results.json (still running, or killed)"
+    if job.overrides.get("experiment") is None:
+        job.overrides.pop("experiment", None)
+    return job
+
+
+def collect(roots: list[Path]) -> tuple[pd.DataFrame, list[Job]]:
+    """One DataFrame row per job x decoder x category, plus every job (failed ones carry their error)."""
+    jobs = [job for job in map(read_job, find_jobs(roots)) if job is not None]
+    if not jobs:
+        where = ", ".join(map(str, roots))
+        raise UserError(f"no results.json or FAILED.json under {where}: pass the run or multirun directories of "
+                        "benchmark jobs with report.runs=[DIR,...]")
+    base = _common_root([job.path for job in jobs])
+    records = []
+    for job in jobs:
+        label = str(job.path.relative_to(base)) if job.path != base else job.path.name
+        for row in job.rows:
+            record = {"job": label}
+            record.update({_column(k): v for k, v in job.overrides.items()})
+            record.update({f"train_{k}": job.train.get(k) for k in TRAIN_KEYS if job.train})
+            record.update(row)
+            records.append(record)
+        job.path = Path(label)
+    return pd.DataFrame.from_records(records), jobs
+
+
+def _column(key: str) -> str:
+    return f"job.{key}" if key in ROW_FIELDS else key  # `decoder=pld` must not clobber the AR row's decoder
+
+
+def _common_root(paths: list[Path]) -> Path:
+    return Path(os.path.commonpath([str(p) for p in paths]))
+
+
+# ------------------------------------------------------------------------------------------ analyse
+def varying(df: pd.DataFrame, candidates: list[str]) -> list[str]:
+    """The fewest candidate columns (in order) that tell apart every distinct job in ``df``."""
+    chosen: list[str] = []
+    groups = 1
+    for col in candidates:
+        if col not in df or df[col].nunique(dropna=False) < 2:
+            continue
+        n = df[chosen + [col]].astype(str).drop_duplicates().shape[0]
+        if n > groups:
+            chosen.append(col)
+            groups = n
+    return chosen
+
+
+def override_columns(df: pd.DataFrame, jobs: list[Job]) -> list[str]:
+    keys = dict.fromkeys(_column(k) for job in jobs for k in job.overrides)
+    return [k for k in keys if k in df]
+
+
+def sweep_key(df: pd.DataFrame, cols: list[str], x: str | None) -> str | None:
+    """report.x if given; else the first swept key whose values are all numbers."""
+    if x == "off":
+        return None
+    if x:
+        if x not in df:
+            raise UserError(f"report.x={x}: not a column of the report; swept keys: {', '.join(cols) or 'none'}")
+        return x
+    for col in cols:
+        values = df[col].dropna()
+        if values.nunique() > 1 and pd.to_numeric(values, errors="coerce").notna().all():
+            return col
+    return None
+
+
+def label(df: pd.DataFrame, cols: list[str]) -> pd.Series:
+    if not cols:
+        return pd.Series("", index=df.index)
+    return df[cols].astype(str).apply(lambda r: " ".join(f"{k}={v}" for k, v in r.items()), axis=1)
+
+
+# ------------------------------------------------------------------------------------------- output
+def write_atomic(path: Path, write) -> None:
+    """Write via a temporary file in the same folder, then rename: no half-written report files."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _fmt(df: pd.DataFrame) -> pd.DataFrame:
+    def cell(v):
+        if isinstance(v, float):
+            return "" if v != v else (f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}")
+        return "" if v is None else v
+
+    return df.map(cell)
+
+
+def tables(df: pd.DataFrame, ids: list[str], metrics: list[str]) -> dict[str, pd.DataFrame]:
+    """The main table (category `all`) and, when a benchmark has categories, one pivot per metric."""
+    out: dict[str, pd.DataFrame] = {}
+    if df.empty:
+        return out
+    main = df[df["category"] == "all"] if "category" in df else df
+    trained = ["train_heldout_loss"] if "train_heldout_loss" in df and df["train_heldout_loss"].notna().any() else []
+    cols = [c for c in ids + ["decoder"] + [m for m in TABLE_METRICS if m in df] + trained if c in df]
+    out["main"] = main[list(dict.fromkeys(cols))].reset_index(drop=True)
+    if has_categories(df):
+        order = [c for c in df["category"].unique() if c != "all"] + ["all"]
+        for metric in metrics:
+            if metric in df and df[metric].notna().any():
+                index = [c for c in ids if c != "category"] + ["decoder"]
+                pivot = df.pivot_table(index=index, columns="category", values=metric, aggfunc="mean", sort=False)
+                out[f"{metric} by category"] = pivot.reindex(columns=order).reset_index()
+    return out
+
+
+def has_categories(df: pd.DataFrame) -> bool:
+    """Whether some benchmark in ``df`` reports more than one category (Spec-Bench does; HumanEval does not)."""
+    if "category" not in df:
+        return False
+    parts = df[df["category"] != "all"]
+    if "benchmark" not in parts:
+        return parts["category"].nunique() > 1
+    return bool((parts.groupby("benchmark")["category"].nunique() > 1).any())
+
+
+def plot_bars(df: pd.DataFrame, hue: list[str], metrics: list[str], path: Path, by: str = "decoder") -> None:
+    """One panel per metric: a bar per ``by`` value, one colour per hue group."""
+    series = label(df, hue).rename("group")
+    ticks, bars = df[by].nunique(), df[by].nunique() * series.nunique()
+    legend = 3.5 if hue else 0.0  # room for the legend right of the axes
+    size = (max(5.0, 0.6 * ticks + 0.2 * bars + 1.5) + legend, 3.0 * len(metrics))
+    fig, axes = plt.subplots(len(metrics), 1, squeeze=False, figsize=size)
+    for ax, metric in zip(axes[:, 0], metrics):
+        data = df.assign(group=series).pivot_table(index=by, columns="group", values=metric, aggfunc="mean",
+                                                   sort=False)
+        data.plot.bar(ax=ax, rot=30 if ticks > 4 else 0, legend=bool(hue), width=0.8)
+        if ticks > 4:
+            plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
+        ax.set_ylabel(metric)
+        ax.set_xlabel("")
+        _reference(ax, metric)
+        if hue:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+    plt.close(fig)
+
+
+def _reference(ax, metric: str) -> None:
+    if metric in ("speedup", "mean_accepted_tokens"):
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8, label="_AR")  # AR's level by definition
+
+
+def plot_sweep(df: pd.DataFrame, x: str, hue: list[str], metrics: list[str], path: Path) -> None:
+    """Metric vs the swept key, one line per decoder (and per other varying key)."""
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(6.5 + (3.5 if hue else 0.0), 3.0 * len(metrics)), squeeze=False)
+    data = df.assign(group=label(df, hue), _x=df[x])
+    numeric = pd.to_numeric(data["_x"], errors="coerce").notna().all()
+    data["_x"] = pd.to_numeric(data["_x"]) if numeric else data["_x"].astype(str)
+    for ax, metric in zip(axes[:, 0], metrics):
+        table = data.pivot_table(index="_x", columns="group", values=metric, aggfunc="mean").sort_index()
+        table.plot(ax=ax, marker="o", legend=bool(hue))
+        ax.set_xlabel(x)
+        ax.set_ylabel(metric)
+        _reference(ax, metric)
+        if hue:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+    plt.close(fig)
+
+
+def markdown(title: str, sections: dict[str, pd.DataFrame], jobs: list[Job], plots: list[Path]) -> str:
+    lines = [f"# {title}", ""]
+    ok = [j for j in jobs if j.rows]
+    lines.append(f"{len(jobs)} jobs: {len(ok)} with results, {sum(j.error is not None for j in jobs)} failed.")
+    for name, table in sections.items():
+        lines += ["", f"## {'Results (category all)' if name == 'main' else name}", "",
+                  _fmt(table).to_markdown(index=False)]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]
+    trained = [j for j in jobs if j.train]
+    if trained:
+        cols = (*TRAIN_KEYS, "model")
+        header = "| job | overrides | " + " | ".join(cols) + " |"
+        lines += ["", "## Training", "", header, "|---" * (len(cols) + 2) + "|"]
+        lines += [f"| {j.path} | {_overrides(j)} | " + " | ".join(_cell(_num(j.train.get(c))) for c in cols) + " |"
+                  for j in trained]
+    failed = [j for j in jobs if j.error is not None]
+    if failed:
+        lines += ["", "## Failed jobs", "", "| job | overrides | error |", "|---|---|---|"]
+        lines += [f"| {j.path} | {_overrides(j)} | {_cell(j.error)} |" for j in failed]
+    other = [j for j in jobs if not j.rows and j.error is None and not j.train]
+    if other:
+        lines += ["", "## Jobs without benchmark results", "", "| job | overrides | note |", "|---|---|---|"]
+        lines += [f"| {j.path} | {_overrides(j)} | {_cell(j.note)} |" for j in other]
+    return "\n".join(lines) + "\n"
+
+
+def _num(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def _overrides(job: Job) -> str:
+    return _cell(" ".join(f"{k}={v}" for k, v in job.overrides.items()) or "-")
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = None, title: str = "specnoise report"
+                 ) -> Path:
+    """Collect ``roots`` and write report.csv, report.md and PNG plots into ``out_dir``; returns report.md."""
+    cfg = cfg or ReportConfig()
+    df, jobs = collect([Path(r) for r in roots])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    swept = override_columns(df, jobs)
+    hue = varying(df, [c for c in GROUP_KEYS] + swept)
+    x = sweep_key(df, swept, cfg.x) if not df.empty else None
+    metrics = [m for m in cfg.metrics if m in df and df[m].notna().any()]
+    sections = tables(df, [c for c in hue if c != x] + ([x] if x else []), cfg.metrics)
+    if not cfg.categories:
+        sections = {k: v for k, v in sections.items() if k == "main"}
+
+    plots: list[Path] = []
+    shown = df[df["decoder"] != "ar"] if "decoder" in df else df  # AR is the dashed line at 1.0
+    if cfg.plots and metrics and not shown.empty:
+        main = shown[shown["category"] == "all"] if "category" in shown else shown
+        decoder = ["decoder"] if shown["decoder"].nunique() > 1 else []  # a line or colour per decoder
+        plot_bars(main, [c for c in hue if not c.endswith("decoder")], metrics, out_dir / "decoders.png")
+        plots.append(out_dir / "decoders.png")
+        if cfg.categories and len(sections) > 1:
+            cats = shown[shown["category"] != "all"]
+            for metric in metrics:
+                plot_bars(cats, [c for c in hue if not c.endswith("decoder")] + decoder, [metric],
+                          out_dir / f"categories_{metric}.png", by="category")
+                plots.append(out_dir / f"categories_{metric}.png")
+        if x:
+            others = [c for c in hue if c != x and not c.endswith("decoder")] + decoder
+            plot_sweep(main, x, others, metrics, out_dir / f"sweep_{x.replace('/', '_')}.png")
+            plots.append(out_dir / f"sweep_{x.replace('/', '_')}.png")
+
+    columns = ["job"] + swept + [c for c in df.columns if c not in swept and c != "job"]
+    write_atomic(out_dir / "report.csv", lambda tmp: df.reindex(columns=columns).to_csv(tmp, index=False))
+    md = markdown(title, sections, jobs, plots)
+    write_atomic(out_dir / "report.md", lambda tmp: Path(tmp).write_text(md))
+    print_console(sections, jobs, out_dir)
+    return out_dir / "report.md"
+
+
+def print_console(sections: dict[str, pd.DataFrame], jobs: list[Job], out_dir: Path) -> None:
+    main = sections.get("main")
+    if main is not None and not main.empty:
+        print("\n" + _fmt(main).to_string(index=False))
+    for job in jobs:
+        if job.error is not None:
+            print(f"FAILED {job.path}: {job.error}")
+    print(f"\nreport: {out_dir}/report.md (and report.csv, *.png)")
+
+
+def log_to_wandb(out_dir: Path, conf: Config, cfg: DictConfig | None = None) -> None:
+    """One wandb run (job_type `report`, in the experiment's group) with the whole table and the plots: the
+    table is what dashboard bar charts of speedup per decoder across jobs and sweeps are built from."""
+    from specnoise.tracking import start_run
+
+    try:
+        with start_run(conf, cfg if cfg is not None else OmegaConf.structured(conf), out_dir, "report") as tracker:
+            if tracker.mode == "disabled":
+                return
+            import wandb
+
+            table = pd.read_csv(out_dir / "report.csv")
+            text = table.select_dtypes("object").columns  # wandb wants one type per column: no NaN among strings
+            table[text] = table[text].fillna("").astype(str)
+            tracker.table("report", table)
+            tracker.log({f"plots/{p.stem}": wandb.Image(str(p)) for p in sorted(out_dir.glob("*.png"))})
+    except Exception as err:  # noqa: BLE001 - tracking is a convenience; the files on disk are the report
+        log.warning(f"report not logged to wandb ({type(err).__name__}: {err})")
+
+
+def run_report(conf: Config, run_dir: Path) -> Path:
+    """``task=report``: the report of ``report.runs`` in ``report.out_dir`` (default: this run's directory)."""
+    if not conf.report.runs:
+        raise UserError("task=report needs runs to collect: report.runs=[outputs/multirun/DATE/TIME,...]")
+    out_dir = Path(conf.report.out_dir) if conf.report.out_dir else run_dir
+    path = build_report([Path(r) for r in conf.report.runs], out_dir, conf.report,
+                        title=f"specnoise report: {conf.experiment}")
+    if conf.report.wandb:
+        log_to_wandb(out_dir, conf)
+    return path.parent

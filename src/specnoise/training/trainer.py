@@ -1,0 +1,203 @@
+"""Hugging Face Trainer wiring shared by sft, msn and pretrain.
+
+Trainer brings accelerate (DDP / FSDP / DeepSpeed via ``accelerate launch --config_file conf/accelerate/...``),
+checkpoints and resume, progress bars, and rank-0-only wandb logging and saving. Two additions:
+held-out losses use the clean collator (MSN and SFT are compared on the same noiseless inputs), and the
+collator's noise counts go into every log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from specnoise.config import Config, UserError
+from specnoise.training.collator import Collator
+
+log = logging.getLogger("specnoise.train")
+
+CHECKPOINTS = "checkpoints"
+
+
+class TimeBudget(TrainerCallback):
+    """``train.max_minutes``: stop after that much training time, with warmup + cosine over wall-clock time
+    instead of steps, so a run on a shared machine anneals fully however fast its steps turn out to be."""
+
+    def __init__(self, minutes: float, warmup: float):
+        self.seconds, self.warmup, self.start = minutes * 60, warmup, None
+
+    def fraction(self) -> float:
+        return 0.0 if self.start is None else min(1.0, (time.time() - self.start) / self.seconds)
+
+    def lr_factor(self, _step: int) -> float:
+        f, w = self.fraction(), self.warmup
+        return f / w if f < w else 0.5 * (1 + math.cos(math.pi * (f - w) / (1 - w)))
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.time()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.fraction() >= 1.0:
+            control.should_training_stop = True
+
+
+class SpecnoiseTrainer(Trainer):
+    def __init__(self, *args, eval_collator: Collator | None = None, budget: TimeBudget | None = None, **kwargs):
+        super().__init__(*args, callbacks=[budget] if budget else None, **kwargs)
+        self.eval_collator, self.budget = eval_collator, budget
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.budget is None or self.lr_scheduler is not None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        self.lr_scheduler = LambdaLR(optimizer or self.optimizer, self.budget.lr_factor)
+        return self.lr_scheduler
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        noisy, self.data_collator = self.data_collator, self.eval_collator or self.data_collator
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.data_collator = noisy
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        stats = getattr(self.data_collator, "stats", None)
+        if stats and "loss" in logs:
+            logs.update(stats)
+        super().log(logs, *args, **kwargs)
+
+
+def agree_on_run_dir(run_dir: Path) -> Path:
+    """Every rank composes its own timestamped Hydra directory: take rank 0's so all write to one place."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    state = PartialState()
+    if state.num_processes > 1:
+        run_dir = Path(broadcast_object_list([str(run_dir)], from_process=0)[0])
+    return run_dir
+
+
+def init_wandb(conf: Config, cfg: DictConfig, run_dir: Path) -> list[str]:
+    """Rank 0 opens the wandb run with the whole composed config; Trainer's callback then logs into it."""
+    lg = conf.logger
+    if lg.name == "none":
+        return []
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:
+        return ["wandb"]  # the callback is rank-0-only inside Trainer; other ranks stay silent
+    import wandb
+
+    mode = lg.mode
+    if mode == "auto":
+        mode = "online" if os.environ.get("WANDB_API_KEY") or (Path.home() / ".netrc").is_file() else "offline"
+    os.environ.setdefault("WANDB_MODE", mode)
+    os.environ.setdefault("WANDB_PROJECT", lg.project)
+    if wandb.run is None:
+        wandb.init(project=lg.project, entity=lg.entity, group=lg.group or conf.experiment, tags=list(lg.tags),
+                   name=f"{conf.train.name}-{run_dir.name}", dir=str(run_dir), mode=mode,
+                   config=OmegaConf.to_container(cfg, resolve=True))
+    return ["wandb"]
+
+
+def training_args(conf: Config, run_dir: Path, report_to: list[str], has_eval: bool) -> TrainingArguments:
+    t = conf.train
+    return TrainingArguments(
+        output_dir=str(run_dir / CHECKPOINTS),
+        max_steps=t.max_steps,
+        num_train_epochs=t.epochs,
+        per_device_train_batch_size=t.per_device_batch_size,
+        per_device_eval_batch_size=t.per_device_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_scheduler,
+        warmup_steps=t.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
+        weight_decay=t.weight_decay,
+        bf16=t.bf16,
+        seed=t.seed,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=t.save_steps,
+        logging_steps=t.logging_steps,
+        logging_first_step=True,
+        report_to=report_to,
+        remove_unused_columns=False,  # the collator needs prompt_len
+        dataloader_num_workers=t.num_workers,
+        activation_checkpointing=t.gradient_checkpointing,
+        include_num_input_tokens_seen="non_padding",
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=False,
+    )
+
+
+def last_checkpoint(run_dir: Path) -> str:
+    folder = run_dir / CHECKPOINTS
+    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    if last is None:
+        raise UserError(f"train.resume=true: no checkpoint under {folder}; resume reuses the killed run's "
+                        "directory: add hydra.run.dir=<that run directory>")
+    return last
+
+
+def fit(model, tokenizer, train_set, eval_set, collator: Collator, conf: Config, cfg: DictConfig,
+        run_dir: Path) -> Path:
+    """Train, evaluate on the held-out set, save the final model; returns its folder."""
+    t = conf.train
+    report_to = init_wandb(conf, cfg, run_dir)
+    args = training_args(conf, run_dir, report_to, has_eval=bool(eval_set))
+    budget = TimeBudget(t.max_minutes, t.warmup_ratio) if t.max_minutes else None
+    trainer = SpecnoiseTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set or None,
+                               data_collator=collator, eval_collator=collator.clean(), processing_class=tokenizer,
+                               budget=budget)
+    collator.model = trainer.model
+    resume = last_checkpoint(run_dir) if t.resume else None
+    if resume:
+        log.info("resuming from %s", resume)
+    start = time.time()
+    result = trainer.train(resume_from_checkpoint=resume)
+    seconds = time.time() - start
+
+    model.config.use_cache = True  # Trainer turns the cache off for training; decoding wants it back
+    if t.save_dtype != "float32":  # round first, so the held-out loss is the shipped weights' loss
+        model.to(getattr(torch, t.save_dtype)).float()
+    metrics = trainer.evaluate() if eval_set else {}
+    if t.save_dtype != "float32":
+        model.to(getattr(torch, t.save_dtype))
+    final = run_dir / t.output_dir
+    partial = final.with_name(final.name + ".partial")  # renamed when complete: no half-written model folder
+    trainer.save_model(str(partial))  # rank 0 writes; weights + config + tokenizer (processing_class)
+    if trainer.is_world_process_zero():
+        model.generation_config.save_pretrained(partial)
+        (partial / "training_args.bin").unlink(missing_ok=True)
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+        summary = {
+            "stage": t.name,
+            "model": str(final),
+            "steps": trainer.state.global_step,
+            "train_loss": result.training_loss,
+            "heldout_loss": metrics.get("eval_loss"),
+            "heldout_ppl": math.exp(metrics["eval_loss"]) if "eval_loss" in metrics else None,
+            "heldout_samples": len(eval_set or []),
+            "train_samples": len(train_set),
+            "tokens_seen": trainer.state.num_input_tokens_seen,
+            "train_seconds": round(seconds, 1),
+            "parameters": model.num_parameters(),
+            **dict(collator.stats),
+        }
+        (run_dir / "train_results.json").write_text(json.dumps(summary, indent=2))
+        log.info("saved %s; held-out loss %s", final, summary["heldout_loss"])
+    return final

@@ -1,0 +1,208 @@
+"""THE exactness test: under greedy decoding every decoder's tokens equal AR's, on two model families.
+
+Every decoder option in ``DECODER_MODULES`` runs on the random tiny models of conftest.py (many prompts)
+and on "map models", whose greedy next token is a fixed function of the current token: their outputs are
+known in advance and lookup drafts get accepted, so budgets and EOS ids fall inside accepted drafts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import VOCAB, make_model, prompts
+from specnoise.config import DECODER_SCHEMAS, UserError
+from specnoise.decoding.base import DECODER_MODULES, build_decoder, decoder_class
+
+ALL = list(DECODER_MODULES)
+NEW_TOKENS = 40
+CYCLE = [10, 11, 12, 13, 14]
+PROMPTS = prompts(6, seed=1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: thread hand-offs cost more than the matmuls (10x on busy shared cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def build(name: str, target, draft, **overrides):
+    return build_decoder(DECODER_SCHEMAS[name](**overrides), target, draft)
+
+
+def ar(target, prompt: list[int], max_new_tokens: int) -> list[int]:
+    return build("ar", target, None).generate(prompt, max_new_tokens).tokens
+
+
+def check_output(out, max_new_tokens: int) -> None:
+    """Bookkeeping every runner number relies on."""
+    assert len(out.tokens) <= max_new_tokens
+    assert sum(out.accepted) == len(out.tokens)
+    assert out.target_forwards >= len(out.accepted) >= 1
+
+
+def map_model(family: str, successor, eos=None):
+    """A model whose greedy next token is ``successor(current token)``, whatever came before.
+
+    One-hot embeddings (hidden size = vocabulary), zeroed attention and MLP outputs so the residual stream
+    is the current token's embedding, and an LM head that is the map's 0/1 matrix: one logit is positive,
+    the rest exactly 0, so every kernel shape agrees on the argmax.
+    """
+    loaded = make_model(family, layers=1, hidden_size=VOCAB, intermediate_size=32)
+    model = loaded.model
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(torch.eye(VOCAB))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        head = torch.zeros(VOCAB, VOCAB)
+        head[[successor(i) for i in range(VOCAB)], range(VOCAB)] = 1.0
+        model.get_output_embeddings().weight.copy_(head)
+    return dataclasses.replace(loaded, eos_ids=frozenset(eos)) if eos else loaded
+
+
+def cycle_successor(i: int) -> int:
+    """10 -> 11 -> 12 -> 13 -> 14 -> 10; every other token enters the cycle."""
+    return CYCLE[(CYCLE.index(i) + 1) % len(CYCLE)] if i in CYCLE else CYCLE[0]
+
+
+@pytest.fixture(scope="module")
+def cycle(family):
+    """(target, draft): the cycle model twice, so draft-model decoders get a perfect drafter."""
+    return map_model(family, cycle_successor), map_model(family, cycle_successor)
+
+
+@pytest.fixture(scope="module")
+def expected(target):
+    return [ar(target, prompt, NEW_TOKENS) for prompt in PROMPTS]
+
+
+# ------------------------------------------------------------------------------------------ exactness
+@pytest.mark.parametrize("name", ALL)
+def test_greedy_tokens_equal_ar(name, target, draft, expected):
+    decoder = build(name, target, draft)
+    for prompt, tokens in zip(PROMPTS, expected):
+        out = decoder.generate(prompt, NEW_TOKENS)
+        assert out.tokens == tokens, f"{name} diverges from AR on prompt {prompt}"
+        check_output(out, NEW_TOKENS)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_one_token_prompt(name, target, draft):
+    decoder = build(name, target, draft)
+    for prompt in ([7], [95]):
+        assert decoder.generate(prompt, 12).tokens == ar(target, prompt, 12)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_one_new_token(name, target, draft):
+    decoder = build(name, target, draft)
+    for prompt in prompts(3, seed=2):
+        out = decoder.generate(prompt, 1)
+        assert out.tokens == ar(target, prompt, 1)
+        assert len(out.tokens) == 1
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_budget_ending_inside_an_accepted_draft(name, cycle):
+    target, draft = cycle
+    decoder = build(name, target, draft)
+    prompt = CYCLE * 3
+    for budget in range(1, 13):
+        out = decoder.generate(prompt, budget)
+        assert out.tokens == ar(target, prompt, budget) == (CYCLE * 3)[:budget]
+        check_output(out, budget)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("eos", [{12}, {2, 13}], ids=["one-eos", "two-eos"])
+def test_stops_right_after_the_first_eos(name, eos, family):
+    """EOS ids in the middle of the cycle: lookup drafts run through them, the output must stop there."""
+    target = map_model(family, cycle_successor, eos)
+    draft = map_model(family, cycle_successor, eos)
+    prompt = CYCLE * 3
+    out = build(name, target, draft).generate(prompt, 30)
+    expected = CYCLE[:CYCLE.index(max(eos & set(CYCLE))) + 1]
+    assert out.tokens == ar(target, prompt, 30) == expected
+    check_output(out, 30)
+    if name in ("pld", "tr_jacobi"):  # their lookup drafts are accepted: the EOS fell inside one
+        assert out.accepted[-1] > 1
+
+
+# ------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("name", ALL)
+def test_prompt_longer_than_context_is_a_user_error(name, target, draft):
+    decoder = build(name, target, draft)
+    with pytest.raises(UserError, match="context"):
+        decoder.generate([5] * (target.max_length - 4), 8)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_empty_prompt_is_a_user_error(name, target, draft):
+    with pytest.raises(UserError, match="empty prompt"):
+        build(name, target, draft).generate([], 8)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_sampling_only_where_supported(name, target, draft):
+    if decoder_class(name).supports_sampling:
+        out = build(name, target, draft, temperature=0.8, seed=3).generate([5, 6, 7], 8)
+        check_output(out, 8)
+    else:
+        with pytest.raises(UserError, match="greedy-only"):
+            build(name, target, draft, temperature=0.8)
+
+
+# ----------------------------------------------------------------------------------- drafting helps
+@pytest.mark.parametrize("name", ["jacobi", "tr_jacobi", "pld"])
+def test_drafts_are_accepted_where_they_must_be(name, family):
+    """A model that says 7 after anything: after one step Jacobi's refreshed slots hold its predictions
+    (all 7), TR-Jacobi's top-1 rows too, and PLD finds the run of 7s in the context."""
+    target = map_model(family, lambda i: 7)
+    prompt = list(range(20, 40))
+    out = build(name, target, None).generate(prompt, 48)
+    assert out.tokens == [7] * 48
+    assert out.mean_accepted > 2.0, out.accepted
+
+
+# ------------------------------------------------------------------------------- options of our decoders
+VARIANTS = [
+    ("jacobi", dict(draft_len=1)),
+    ("jacobi", dict(draft_len=7)),
+    ("tr_jacobi", dict(retrieval=False)),
+    ("tr_jacobi", dict(faithful=True)),
+    ("tr_jacobi", dict(tree="2level_12", topk=6, retrieval_len=2)),
+    ("tr_jacobi", dict(tree="chain_4", topk=1, retrieval_ngram=1)),
+    ("pld", dict(max_ngram_size=1, num_pred_tokens=3)),
+    ("hf_pld", dict(prompt_lookup_num_tokens=3, max_matching_ngram_size=1)),
+    ("hf_assisted", dict(num_assistant_tokens=2, schedule="heuristic")),
+]
+
+
+@pytest.mark.parametrize("name,options", VARIANTS, ids=[f"{n}-{'-'.join(map(str, o.values()))}" for n, o in VARIANTS])
+def test_options_stay_lossless(name, options, target, draft, expected):
+    decoder = build(name, target, draft, **options)
+    for prompt, tokens in list(zip(PROMPTS, expected))[:3]:
+        assert decoder.generate(prompt, NEW_TOKENS).tokens == tokens
+
+
+def test_forward_counts_of_the_hf_peers(cycle):
+    target, draft = cycle
+    prompt = CYCLE * 3
+    out = build("hf_greedy", target, draft).generate(prompt, 20)
+    assert out.target_forwards == 20 and out.accepted == [1] * 20 and out.draft_forwards == 0
+    out = build("hf_pld", target, draft).generate(prompt, 20)
+    assert out.target_forwards == len(out.accepted) < 20  # lookup drafts accepted
+    before = draft.model.generation_config.to_dict()
+    for schedule, accepted in (("constant", [5, 5, 5, 5]), ("heuristic", [5, 7, 8])):  # heuristic: +2 per full accept
+        decoder = build("hf_assisted", target, draft, num_assistant_tokens=4, schedule=schedule)
+        for _ in range(2):  # the schedule restarts with every call
+            out = decoder.generate(prompt, 20)
+            assert out.tokens == (CYCLE * 4)[:20]
+            assert out.accepted == accepted and out.target_forwards == len(accepted) and out.draft_forwards > 0
+    assert draft.model.generation_config.to_dict() == before  # the draft's own config is left as it was

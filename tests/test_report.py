@@ -1,0 +1,146 @@
+"""The report on synthetic run trees: real results.json / FAILED.json / .hydra files written by the test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from specnoise.config import ReportConfig, UserError
+from specnoise.report import build_report, collect
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def result_row(decoder: str, category: str = "all", speedup: float = 1.0, mat: float = 1.0, **kw) -> dict:
+    row = dict(decoder=decoder, model="tiny-code-msn", draft=None, benchmark="spec_bench", category=category,
+               prompts=2, new_tokens=64, target_forwards=int(64 / mat), draft_forwards=0, mean_accepted_tokens=mat,
+               seconds=1.0 / speedup, tokens_per_second=64 * speedup, ar_seconds=1.0, ar_tokens_per_second=64.0,
+               speedup=speedup, lossless_fraction=1.0, task_score=None, score_metric=None)
+    row.update(kw)
+    return row
+
+
+def write_job(job: Path, overrides: list[str], rows: list[dict] | None = None, error: str | None = None) -> Path:
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if rows is not None:
+        (job / "results.json").write_text(json.dumps({"config": {"experiment": "test"}, "rows": rows}))
+    if error is not None:
+        (job / "FAILED.json").write_text(json.dumps({"error": error, "traceback": None}))
+    return job
+
+
+def gamma_sweep(root: Path) -> Path:
+    """A multirun over decoder.gamma=2,4,8 whose last job failed; two categories plus `all`."""
+    for num, gamma in enumerate((2, 4)):
+        cats = ("all", "qa", "rag")
+        rows = [result_row("ar", cat) for cat in cats]
+        rows += [result_row("speculative", cat, speedup=1 + gamma / 10, mat=1 + gamma / 5) for cat in cats]
+        write_job(root / str(num), ["decoder=speculative", f"decoder.gamma={gamma}"], rows)
+    write_job(root / "2", ["decoder=speculative", "decoder.gamma=8"], error="error: model=x: no model at /nope")
+    return root
+
+
+def test_report_of_a_sweep_with_a_failed_job(tmp_path):
+    sweep = gamma_sweep(tmp_path / "sweep")
+    out = tmp_path / "out"
+    md = build_report([sweep], out)
+
+    df = pd.read_csv(out / "report.csv")
+    assert len(df) == 2 * 2 * 3  # jobs with results x decoders x categories
+    assert set(df["decoder.gamma"]) == {2, 4}  # the swept key is a column, read from .hydra/overrides.yaml
+    assert set(df["job.decoder"]) == {"speculative"}  # an override never clobbers the row's own decoder
+    assert set(df["decoder"]) == {"ar", "speculative"}
+    spec = df[(df.decoder == "speculative") & (df.category == "all")].set_index("decoder.gamma")
+    assert spec.loc[4, "speedup"] == pytest.approx(1.4)
+
+    text = md.read_text()
+    assert "3 jobs: 2 with results, 1 failed." in text
+    assert "## Failed jobs" in text and "no model at /nope" in text and "decoder.gamma=8" in text
+    assert "speedup by category" in text  # per-category pivot, since the benchmark has categories
+    for name in ("decoders.png", "categories_speedup.png", "sweep_decoder.gamma.png"):
+        assert (out / name).read_bytes()[:8] == PNG, name
+        assert f"]({name})" in text
+    assert not list(out.glob(".*"))  # no temporary files left behind
+
+
+def test_numeric_sweep_key_is_detected_and_can_be_overridden(tmp_path):
+    sweep = gamma_sweep(tmp_path / "sweep")
+    build_report([sweep], tmp_path / "off", ReportConfig(x="off"))
+    assert not list((tmp_path / "off").glob("sweep_*.png"))
+    with pytest.raises(UserError, match="report.x=nope"):
+        build_report([sweep], tmp_path / "bad", ReportConfig(x="nope"))
+
+
+def test_categorical_sweep_groups_bars_without_a_line_plot(tmp_path):
+    root = tmp_path / "multirun"
+    for num, model in enumerate(("tiny-code-sft", "tiny-code-msn")):
+        rows = [result_row("ar", model=model), result_row("jacobi", speedup=1.1 + num, mat=1.2 + num, model=model)]
+        write_job(root / str(num), [f"model={model}"], rows)
+    out = tmp_path / "out"
+    build_report([root], out)
+    assert (out / "decoders.png").is_file() and not list(out.glob("sweep_*.png"))
+    main = (out / "report.md").read_text().split("## Results (category all)")[1]
+    assert "tiny-code-sft" in main and "tiny-code-msn" in main
+
+
+def test_several_roots_single_runs_and_train_only_jobs(tmp_path, monkeypatch):
+    write_job(tmp_path / "runs" / "a", ["decoder=pld"], [result_row("ar"), result_row("pld", speedup=1.3)])
+    write_job(tmp_path / "runs" / "b", ["decoder=jacobi"], [result_row("ar"), result_row("jacobi", speedup=1.1)])
+    trained = write_job(tmp_path / "multirun" / "0", ["train=msn"])
+    (trained / "train_results.json").write_text(json.dumps({"stage": "msn", "steps": 20, "train_loss": 2.5,
+                                                            "heldout_loss": 2.25, "model": str(trained / "model")}))
+    write_job(tmp_path / "multirun" / "1", ["train=sft"])  # killed before it wrote anything
+    write_job(tmp_path / "reports" / "r", ["task=report"])  # an earlier report run is not a job
+
+    df, jobs = collect([tmp_path / "runs", tmp_path / "multirun", tmp_path / "reports"])
+    assert sorted(df.loc[df.decoder != "ar", "decoder"]) == ["jacobi", "pld"]
+    assert len(jobs) == 4
+    monkeypatch.chdir(tmp_path)  # relative paths, as the multirun callback sees outputs/multirun/...
+    build_report([Path("runs"), Path("multirun")], Path("out"))
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Training" in text and "| msn | 20 | 2.5 | 2.25 |" in text
+    assert "Jobs without benchmark results" in text and "still running, or killed" in text
+
+
+def test_no_results_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="no results.json or FAILED.json under"):
+        collect([tmp_path / "empty"])
+    with pytest.raises(UserError, match="does not exist"):
+        collect([tmp_path / "missing"])
+
+
+def test_unreadable_results_are_reported_as_failed(tmp_path):
+    job = write_job(tmp_path / "0", ["decoder=pld"])
+    (job / "results.json").write_text("{not json")
+    _, jobs = collect([tmp_path])
+    assert jobs[0].error.startswith("unreadable results.json")
+
+
+def test_task_report_entry_point(tmp_path):
+    sweep = gamma_sweep(tmp_path / "sweep")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "specnoise", "task=report", f"report.runs=[{sweep}]", f"report.out_dir={out}",
+         "logger=none", f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "speculative" in proc.stdout and "FAILED 2" in proc.stdout  # the console table and the failure
+    assert (out / "report.md").is_file() and (out / "report.csv").is_file()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "specnoise", "task=report", f"report.runs=[{empty}]", "logger=none",
+         f"hydra.run.dir={tmp_path / 'run2'}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2 and "no results.json or FAILED.json" in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,234 @@
+"""The benchmark runner on tiny saved models: files and their meanings, multi-turn, skips, scoring, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from helpers_models import save_tiny_model, tiny_tokenizer
+from specnoise.bench.datasets import dialogue_text, load_benchmark
+from specnoise.bench.runner import compose_decoder, decoder_configs, first_divergence, run_benchmark
+from specnoise.config import JacobiConfig, UserError, config_dir
+from specnoise.data.templates import encode_prompt
+from specnoise.decoding.base import DECODER_MODULES, decoder_class
+from specnoise.generate import generate_once
+
+PROMPTS = [
+    {"text": "def add(a, b):", "cat": "code"},
+    {"text": ["Translate German to English: Der Hund schläft.", "Now say it again."], "cat": "prose"},
+    {"text": "Summarize the article: the quick brown fox.", "cat": "prose"},
+    {"text": "for i in range(10):", "cat": "code"},
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two OpenMP threads that
+    wait for each other make every matmul ~20x slower; restored afterwards for other test files."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def available(name: str) -> bool:
+    try:
+        decoder_class(name)
+        return True
+    except Exception:  # noqa: BLE001 - a decoder still being written is skipped, not failed
+        return False
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    tok = tiny_tokenizer()
+    return {"target": save_tiny_model(root / "target", tokenizer=tok),
+            "draft": save_tiny_model(root / "draft", layers=1, hidden=32, seed=1, tokenizer=tok)}
+
+
+@pytest.fixture(scope="session")
+def prompt_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return path
+
+
+def configure(models, *overrides):
+    base = [f"model.path={models['target']}", "logger=none", "benchmark.max_new_tokens=8", "benchmark.warmup=0"]
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=base + list(overrides))
+    return OmegaConf.to_object(cfg), cfg
+
+
+def jsonl_args(prompt_file):
+    return ["benchmark=jsonl", f"benchmark.path={prompt_file}", "benchmark.prompt_field=text",
+            "benchmark.category_field=cat"]
+
+
+def run(models, tmp_path, *overrides):
+    conf, cfg = configure(models, *overrides)
+    path = run_benchmark(conf, cfg, tmp_path)
+    results = json.loads(path.read_text())
+    per_prompt = [json.loads(line) for line in (tmp_path / "per_prompt.jsonl").read_text().splitlines()]
+    return conf, results, per_prompt
+
+
+def test_results_files_and_their_meanings(models, prompt_file, tmp_path, capsys):
+    conf, results, per_prompt = run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file), "benchmark.warmup=1")
+    assert results["config"]["benchmark"]["path"] == str(prompt_file)  # a plain dict of the composed config
+    rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
+    assert set(rows) == {("ar", "code"), ("ar", "prose"), ("ar", "all")}
+    every = rows[("ar", "all")]
+    assert every["prompts"] == 4 and every["turns"] == 5 and every["model"] == "tiny-code-msn"
+    assert every["draft"] is None and every["benchmark"] == "jsonl" and every["max_new_tokens"] == 8
+    assert every["speedup"] == 1.0 and every["lossless_fraction"] == 1.0 and every["sb_speedup"] == 1.0
+    assert every["task_score"] is None and every["score_metric"] is None  # jsonl has no scorer
+    assert every["new_tokens"] == sum(r["new_tokens"] for r in per_prompt)
+    assert every["target_forwards"] == sum(r["target_forwards"] for r in per_prompt)
+    assert every["mean_accepted_tokens"] == pytest.approx(every["new_tokens"] / every["target_forwards"])
+    assert every["seconds"] == pytest.approx(sum(r["seconds"] for r in per_prompt))
+    assert every["tokens_per_second"] == pytest.approx(every["new_tokens"] / every["seconds"])
+    assert rows[("ar", "code")]["prompts"] == 2 and rows[("ar", "prose")]["turns"] == 3
+
+    assert len(per_prompt) == 5  # one row per prompt turn and decoder
+    for r in per_prompt:
+        assert set(r) >= {"id", "category", "turn", "decoder", "new_tokens", "target_forwards", "draft_forwards",
+                          "seconds", "accepted", "identical_to_ar", "first_divergence", "output", "score"}
+        assert 1 <= r["new_tokens"] <= 8 and sum(r["accepted"]) == r["new_tokens"]
+        assert r["identical_to_ar"] is True and r["first_divergence"] is None and isinstance(r["output"], str)
+    assert [(r["id"], r["turn"]) for r in per_prompt] == [("0", 0), ("1", 0), ("1", 1), ("2", 0), ("3", 0)]
+    assert results["skipped"]["prompts"] == 0 and results["meta"]["max_new_tokens"] == 8
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temp files
+    table = capsys.readouterr().out
+    assert "| decoder" in table and "lossless_fraction" in table
+
+
+def test_second_turn_is_asked_after_the_models_own_answer(models, prompt_file, tmp_path):
+    conf, _, per_prompt = run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file))
+    first, second = [r for r in per_prompt if r["id"] == "1"]
+    sample = load_benchmark(conf.benchmark, conf.model.template)[1]
+    tokenizer = tiny_tokenizer()
+    text = dialogue_text(sample, conf.model.template, [first["output"].strip()], tokenizer)
+    expected = encode_prompt(tokenizer, text)
+    assert second["prompt_tokens"] == len(expected) > first["prompt_tokens"] + 3
+
+
+DECODERS = [n for n in DECODER_MODULES if n != "ar"]
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_every_decoder_is_lossless_through_the_runner(models, prompt_file, tmp_path, name):
+    if not available(name):
+        pytest.skip(f"decoder {name} not importable yet")
+    draft = ["draft.name=tiny-draft", f"draft.path={models['draft']}"] if decoder_class(name).needs_draft else []
+    _, results, per_prompt = run(models, tmp_path, f"decoder={name}", *draft, *jsonl_args(prompt_file),
+                                 "benchmark.limit=2")  # one single-turn and one two-turn prompt
+    mine = {r["category"]: r for r in results["rows"] if r["decoder"] == name}
+    assert mine["all"]["lossless_fraction"] == 1.0 and mine["all"]["prompts"] == 2
+    assert mine["all"]["speedup"] > 0 and mine["all"]["ar_seconds"] > 0
+    assert all(r["identical_to_ar"] for r in per_prompt)
+    assert {r["decoder"] for r in per_prompt} == {"ar", name}
+
+
+def test_several_decoders_in_one_job_share_the_budget(models):
+    conf, _ = configure(models, "decoder=ar", "decoder.max_new_tokens=7", "decoder.seed=3", "decoders=[jacobi,ar]")
+    configs = decoder_configs(conf)
+    assert [c.name for c in configs] == ["ar", "jacobi"]  # the AR baseline once, no duplicates
+    assert all(c.max_new_tokens == 7 and c.seed == 3 for c in configs)
+    composed = compose_decoder("jacobi")
+    assert isinstance(composed, JacobiConfig) and composed.draft_len == 4
+
+
+def test_draft_decoder_without_draft_is_a_clear_error(models, prompt_file, tmp_path):
+    conf, cfg = configure(models, "decoder=ar", "decoders=[speculative]", *jsonl_args(prompt_file))
+    with pytest.raises(UserError, match="decoder=speculative needs a draft model: set draft=NAME or pair=NAME"):
+        run_benchmark(conf, cfg, tmp_path)
+
+
+def test_long_prompts_are_skipped_and_counted(models, prompt_file, tmp_path):
+    conf, _ = configure(models, *jsonl_args(prompt_file))
+    tokenizer = tiny_tokenizer()
+    lengths = [len(encode_prompt(tokenizer, dialogue_text(s, conf.model.template, [], tokenizer)))
+               for s in load_benchmark(conf.benchmark, conf.model.template)]
+    limit = sorted(lengths)[1]  # the two shortest prompts fit
+    _, results, per_prompt = run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file),
+                                 f"benchmark.max_prompt_tokens={limit}")
+    skipped = results["skipped"]
+    assert skipped["prompts"] == sum(n > limit for n in lengths) >= 1 and skipped["max_prompt_tokens"] == limit
+    assert {r["id"] for r in per_prompt}.isdisjoint(skipped["ids"])
+    every = next(r for r in results["rows"] if r["category"] == "all")
+    assert every["prompts"] == 4 - skipped["prompts"]
+    with pytest.raises(UserError, match="max_prompt_tokens"):
+        run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file), "benchmark.max_prompt_tokens=2")
+
+
+def test_sampling_has_no_lossless_check(models, prompt_file, tmp_path):
+    _, results, per_prompt = run(models, tmp_path, "decoder=ar", "decoder.temperature=0.8", *jsonl_args(prompt_file),
+                                 "benchmark.limit=2")
+    assert all(r["lossless_fraction"] is None for r in results["rows"])
+    assert all(r["identical_to_ar"] is None and r["first_divergence"] is None for r in per_prompt)
+
+
+def test_scored_benchmark_fills_task_score(models, tmp_path):
+    extra = ["decoders=[pld]"] if available("pld") else []
+    _, results, per_prompt = run(models, tmp_path, "decoder=ar", *extra, "benchmark=humaneval", "benchmark.limit=2",
+                                 "benchmark.template=raw",
+                                 "benchmark.max_new_tokens=8", "benchmark.exec_timeout=5")
+    every = [r for r in results["rows"] if r["category"] == "all"]
+    assert {r["score_metric"] for r in every} == {"pass@1"}
+    assert len({r["task_score"] for r in every}) == 1  # lossless decoders score exactly as AR
+    assert all(r["score"] in (0.0, 1.0) and r["score_detail"]["status"] for r in per_prompt)
+
+
+def test_wandb_gets_the_summary_and_both_tables(models, prompt_file, tmp_path):
+    conf, cfg = configure(models, "decoder=ar", *jsonl_args(prompt_file), "benchmark.limit=2")
+    conf.logger.name, conf.logger.mode = "wandb", "offline"
+    run_benchmark(conf, cfg, tmp_path)
+    (run,) = (tmp_path / "wandb").glob("offline-run-*")
+    assert list(run.glob("run-*.wandb"))
+    tables = sorted(p.name for p in run.glob("files/media/table/*.table.json"))
+    assert len(tables) == 2 and tables[0].startswith("per_prompt_") and tables[1].startswith("results_")
+
+
+def test_bad_data_file_is_a_user_error(models, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"text": \n')
+    conf, cfg = configure(models, "decoder=ar", "benchmark=jsonl", f"benchmark.path={bad}",
+                          "benchmark.prompt_field=text")
+    with pytest.raises(UserError, match=r"bad\.jsonl, line 2"):
+        run_benchmark(conf, cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
+
+
+def test_generate_once(models, capsys):
+    conf, cfg = configure(models, "decoder=ar", "decoder.max_new_tokens=6", "prompt='def add(a, b):'")
+    text = generate_once(conf, cfg)
+    assert isinstance(text, str) and text in capsys.readouterr().out
+
+
+def test_command_line_end_to_end(models, prompt_file, tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "specnoise", "decoder=ar", "benchmark=jsonl", f"benchmark.path={prompt_file}",
+           "benchmark.prompt_field=text", "benchmark.limit=3", "benchmark.max_new_tokens=8", "logger=none",
+           f"model.path={models['target']}", f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((run_dir / "results.json").read_text())
+    assert next(r for r in results["rows"] if r["category"] == "all")["prompts"] == 3
+    assert len((run_dir / "per_prompt.jsonl").read_text().splitlines()) == 4  # prompt 1 has two turns

@@ -1,0 +1,141 @@
+"""Training stages end to end on a tiny tokenizer and model made here: a few real steps of sft, msn and
+pretrain through ``train()``, the saved folder loaded back with from_pretrained, resume, and data errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from specnoise.config import DataConfig, TrainConfig, UserError, config_dir
+from specnoise.data.sft import load_sft
+from specnoise.training import train
+from specnoise.training.pretrain import train_tokenizer
+
+TINY = ["train.arch.hidden_size=32", "train.arch.intermediate_size=64", "train.arch.num_hidden_layers=1",
+        "train.arch.num_attention_heads=2", "train.arch.num_key_value_heads=1", "train.arch.vocab_size=300"]
+
+
+def texts(n: int) -> list[str]:
+    return [f"def f{i}(x):\n    return x * {i} + {i % 7}\n\n\nprint(f{i}({i}))\n" for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A random 1-layer Llama with a byte-level BPE tokenizer trained on a few lines of code."""
+    folder = tmp_path_factory.mktemp("base")
+    tokenizer = train_tokenizer(texts(200), vocab_size=300)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sft_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "sft.jsonl"
+    rows = [{"instruction": f"Write f{i}.", "input": "" if i % 2 else f"x={i}", "output": t}
+            for i, t in enumerate(texts(30))]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def run(tmp_path, overrides: list[str], run_dir: str = "run"):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=["logger=none", "train.logging_steps=1", *overrides])
+    conf = OmegaConf.to_object(cfg)
+    return train(conf, cfg, tmp_path / run_dir), tmp_path / run_dir
+
+
+def fine_tune(stage, base, sft_file, *extra):
+    return [f"train={stage}", "model=tiny-code", f"model.path={base}", "data=jsonl", f"data.path={sft_file}",
+            "train.per_device_batch_size=4", "train.max_seq_len=64", "train.eval_samples=4", *extra]
+
+
+def loads(folder):
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer.eos_token_id is not None and model.generation_config.eos_token_id == tokenizer.eos_token_id
+    out = model.generate(torch.tensor([tokenizer("def f(")["input_ids"]]), max_new_tokens=3, do_sample=False)
+    assert out.shape[1] >= 4
+    return model
+
+
+@pytest.mark.parametrize("stage", ["sft", "msn"])
+def test_fine_tune_saves_a_loadable_model(tmp_path, base, sft_file, stage):
+    final, run_dir = run(tmp_path, fine_tune(stage, base, sft_file, "train.max_steps=3", "train.save_steps=2"))
+    assert final == run_dir / "model"
+    loads(final)
+    summary = json.loads((run_dir / "train_results.json").read_text())
+    assert summary["steps"] == 3 and summary["heldout_samples"] == 3 and math.isfinite(summary["heldout_loss"])
+    assert (summary.get("noise/samples", 0) > 0) == (stage == "msn")
+    assert (run_dir / "checkpoints" / "checkpoint-2").is_dir()
+
+
+def test_pretrain_trains_tokenizer_and_model(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps({"text": t}) for t in texts(120)))
+    final, run_dir = run(tmp_path, ["train=pretrain", "data=jsonl", "data.format=text", f"data.path={corpus}",
+                                    "train.max_steps=2", "train.max_seq_len=32", "train.per_device_batch_size=4",
+                                    "train.save_dtype=bfloat16", *TINY])
+    model = loads(final)
+    assert model.config.num_hidden_layers == 1 and model.config.tie_word_embeddings
+    assert json.loads((final / "config.json").read_text())["dtype"] == "bfloat16"  # the compact shipped form
+    assert (run_dir / "tokenizer" / "tokenizer.json").is_file()
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path, base, sft_file):
+    steps = fine_tune("msn", base, sft_file, "train.save_steps=2", "train.per_device_batch_size=2")
+    with pytest.raises(UserError, match="hydra.run.dir"):
+        run(tmp_path, [*steps, "train.max_steps=2", "train.resume=true"], run_dir="fresh")
+    run(tmp_path, [*steps, "train.max_steps=2"])  # "killed" after its checkpoint at step 2
+    final, run_dir = run(tmp_path, [*steps, "train.max_steps=3", "train.resume=true"])
+    summary = json.loads((run_dir / "train_results.json").read_text())
+    state = json.loads((run_dir / "checkpoints" / "checkpoint-3" / "trainer_state.json").read_text())
+    assert summary["steps"] == 3 and state["global_step"] == 3
+    assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3]  # steps 1-2 from the first run
+    assert summary["noise/samples"] < 3 * 2  # the resumed run trained one step, not three
+    loads(final)
+
+
+def test_sft_data_errors_and_formats(tmp_path, base):
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    cfg = TrainConfig(name="sft", max_seq_len=128, eval_samples=0)
+
+    def load(rows, **kw):
+        path = tmp_path / "d.json"
+        path.write_text(json.dumps(rows))
+        return load_sft(DataConfig(name="t", path=str(path), **kw), tokenizer, "code-instruct", cfg)[0]
+
+    with pytest.raises(UserError, match="no samples"):
+        load([])
+    with pytest.raises(UserError, match="lacks field"):
+        load([{"instruction": "a"}])
+    (feature,) = load([{"instruction": "a", "response": "b"}])  # GPTeacher's field name
+    assert feature["input_ids"][-1] == tokenizer.eos_token_id
+    prompt = tokenizer("### Instruction:\na\n### Response:\n")["input_ids"]
+    assert feature["input_ids"][: feature["prompt_len"]] == prompt
+    (conv,) = load([{"conversations": ["hi", "hello", "more", "sure"]}])  # LIMA: last answer is the response
+    assert tokenizer.decode(conv["input_ids"][conv["prompt_len"]:]).startswith("sure")
+    assert "hello" in tokenizer.decode(conv["input_ids"][: conv["prompt_len"]])
+    long = [{"instruction": "a", "output": "x = 1\n" * 400}]
+    assert len(load(long)[0]["input_ids"]) == 128  # truncation=right
+    cfg.truncation = "error"
+    with pytest.raises(UserError, match="max_seq_len"):
+        load(long)
+
+
+def test_unreachable_hub_dataset_names_data_path(monkeypatch, base):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    with pytest.raises(UserError, match="data.path"):
+        load_sft(DataConfig(name="x", hub="no-such-user/no-such-set"), tokenizer, "raw", TrainConfig(name="sft"))
