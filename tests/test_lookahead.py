@@ -6,13 +6,12 @@ import pytest
 import torch
 
 from conftest import prompts
+from helpers_decoding import ar, cycle_successor, map_model
 from specnoise.config import LookaheadConfig
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import KVModel
 from specnoise.decoding.lookahead import LookaheadWindow, greedy_pick, layout, walk
 from specnoise.decoding.ngram import NGramPool
-from test_lossless import cycle_successor, map_model
-from test_speculative import ar
 
 
 @pytest.mark.parametrize("shape", [(3, (6,), 0, 3), (1, (5, 4), 2, 3), (2, (4, 4, 4), 3, 2), (1, (), 2, 4)],
@@ -41,7 +40,7 @@ def test_layout_columns_and_is_built_once_per_shape():
     assert lay.tree[4].nonzero().flatten().tolist() == [0, 1, 4]  # cell (1,1) sees c, (0,1) and itself
     assert lay.tree[7].nonzero().flatten().tolist() == [0, 6, 7]  # n-gram branch never sees the window
     assert lay.offsets.tolist() == [0, 1, 2, 1, 2, 3, 1, 2]
-    assert layout(1, (3, 3), 1, 2) is lay
+    assert layout(1, (3, 3), 1, 2) is lay  # the steady-state shape: no per-step work
 
 
 def test_walk_takes_the_first_longest_match():

@@ -7,18 +7,16 @@ known in advance and lookup drafts get accepted, so budgets and EOS ids fall ins
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
-from conftest import VOCAB, make_model, prompts
+from conftest import prompts
+from helpers_decoding import CYCLE, ar, cycle_successor, map_model
 from specnoise.config import DECODER_SCHEMAS, UserError
 from specnoise.decoding.base import DECODER_MODULES, build_decoder, decoder_class
 
 ALL = list(DECODER_MODULES)
 NEW_TOKENS = 40
-CYCLE = [10, 11, 12, 13, 14]
 PROMPTS = prompts(6, seed=1)
 
 
@@ -35,40 +33,11 @@ def build(name: str, target, draft, **overrides):
     return build_decoder(DECODER_SCHEMAS[name](**overrides), target, draft)
 
 
-def ar(target, prompt: list[int], max_new_tokens: int) -> list[int]:
-    return build("ar", target, None).generate(prompt, max_new_tokens).tokens
-
-
 def check_output(out, max_new_tokens: int) -> None:
     """Bookkeeping every runner number relies on."""
     assert len(out.tokens) <= max_new_tokens
     assert sum(out.accepted) == len(out.tokens)
     assert out.target_forwards >= len(out.accepted) >= 1
-
-
-def map_model(family: str, successor, eos=None):
-    """A model whose greedy next token is ``successor(current token)``, whatever came before.
-
-    One-hot embeddings (hidden size = vocabulary), zeroed attention and MLP outputs so the residual stream
-    is the current token's embedding, and an LM head that is the map's 0/1 matrix: one logit is positive,
-    the rest exactly 0, so every kernel shape agrees on the argmax.
-    """
-    loaded = make_model(family, layers=1, hidden_size=VOCAB, intermediate_size=32)
-    model = loaded.model
-    with torch.no_grad():
-        model.get_input_embeddings().weight.copy_(torch.eye(VOCAB))
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        head = torch.zeros(VOCAB, VOCAB)
-        head[[successor(i) for i in range(VOCAB)], range(VOCAB)] = 1.0
-        model.get_output_embeddings().weight.copy_(head)
-    return dataclasses.replace(loaded, eos_ids=frozenset(eos)) if eos else loaded
-
-
-def cycle_successor(i: int) -> int:
-    """10 -> 11 -> 12 -> 13 -> 14 -> 10; every other token enters the cycle."""
-    return CYCLE[(CYCLE.index(i) + 1) % len(CYCLE)] if i in CYCLE else CYCLE[0]
 
 
 @pytest.fixture(scope="module")

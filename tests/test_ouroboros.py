@@ -8,14 +8,25 @@ import dataclasses
 import pytest
 
 from conftest import prompts
+from helpers_decoding import (
+    CYCLE,
+    PROMPT,
+    SAMPLES,
+    TV_MAX,
+    ar,
+    cycle_successor,
+    exact_marginals,
+    map_model,
+    recorded,
+    tiny_pair,
+    tv,
+)
 from specnoise.config import OuroborosConfig
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import KVModel
 from specnoise.decoding.ngram import NGramPool
 from specnoise.decoding.ouroboros import harvest_discarded, harvest_specbench
 from specnoise.decoding.sampling import warp
-from test_lossless import CYCLE, cycle_successor, map_model
-from test_speculative import PROMPT, SAMPLES, TV_MAX, ar, exact_marginals, recorded, tiny_pair, tv
 
 CONFIGS = {  # each ablation switch (the defaults run in test_lossless.py)
     "no-phrase-drafting+specbench": dict(phrase_drafting=False, harvest="specbench"),
@@ -99,9 +110,9 @@ def test_tried_phrases_become_their_verified_versions(target, draft):
     decoder = build_decoder(OuroborosConfig(beta=3), target, draft)
     decoder.pool.insert(9, (1, 2, 3))
     decoder.pool.insert(9, (4, 5, 6))
-    y = [0, 0, 42, 43, 0, 0, 50, 51, 52, 60, 61, 62]  # argmax per block index: root 1, draft 2-3, phrases 6-11
-    decoder.harvest(9, [8, 9], [(4, 5, 6), (1, 2, 3)], y, root=1, d_nodes=[2, 3],
-                    phrase_nodes=[[6, 7, 8], [9, 10, 11]], accepted=2)
+    y = [0, 42, 43, 50, 51, 52, 60, 61, 62]  # argmax per row: before d[0], after d[0], after d[-1], phrase tokens
+    decoder.harvest(9, [8, 9], [(4, 5, 6), (1, 2, 3)], y, d_nodes=[1, 2], phrase_nodes=[[3, 4, 5], [6, 7, 8]],
+                    accepted=2)
     assert decoder.pool.get(9) == [(43, 60, 61), (43, 50, 51)]  # oldest first, recency kept
 
 

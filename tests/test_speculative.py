@@ -10,61 +10,13 @@ import pytest
 import torch
 
 from conftest import make_model, prompts
+from helpers_decoding import PROMPT, SAMPLES, TV_MAX, ar, exact_marginals, recorded, sampled_marginals, tiny_pair, tv
 from helpers_models import tiny_tokenizer
-from specnoise.config import ARConfig, SpeculativeConfig, UserError
+from specnoise.config import SpeculativeConfig, UserError
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import KVModel
 from specnoise.decoding.sampling import sample, warp
 from specnoise.decoding.speculative import draft_vocab
-
-_AR: dict = {}
-
-
-def ar(target, prompt, n):
-    """AR's tokens (greedy: a shorter budget is a prefix of a longer one), computed once per model and prompt."""
-    key = (id(target.model), tuple(prompt), target.eos_ids)
-    if key not in _AR:
-        _AR[key] = build_decoder(ARConfig(), target).generate(prompt, 64).tokens
-    assert n <= 64
-    return _AR[key][:n]
-
-
-class Recording(KVModel):
-    """A KVModel that checks its cache on every forward: the first new token must get the logits of a fresh
-    causal forward of everything the cache claims to hold, so stale or misplaced KV fails at once."""
-
-    def __init__(self, model):
-        super().__init__(model)
-        self.fed: list[int] = []  # the tokens whose KV the cache holds, in slot order
-        self.sizes: list[int] = []  # tokens per forward
-
-    def reset(self):
-        super().reset()
-        self.fed, self.sizes = [], []
-
-    def forward(self, tokens, positions=None, tree=None):
-        tokens = [int(t) for t in tokens]
-        logits = super().forward(tokens, positions, tree)
-        ref = KVModel(self.model).forward(self.fed + tokens[:1])[-1]
-        assert torch.allclose(logits[0], ref, atol=1e-4), "cache content differs from the tokens it should hold"
-        self.fed += tokens
-        self.sizes.append(len(tokens))
-        return logits
-
-    def crop(self, n):
-        super().crop(n)
-        del self.fed[n:]
-
-    def compact(self, start, keep):
-        fed = self.fed[:start] + [self.fed[i] for i in keep]
-        super().compact(start, keep)  # (crops through self.crop)
-        self.fed = fed
-
-
-def recorded(decoder):
-    decoder.target = Recording(decoder.target.model)
-    decoder.draft = Recording(decoder.draft.model)
-    return decoder
 
 
 @pytest.mark.parametrize("overrides", [dict(gamma=1), dict(gamma=3, schedule="heuristic")], ids=["gamma1", "heuristic"])
@@ -144,46 +96,6 @@ def test_draft_vocab_must_cover_the_targets_real_tokens():
 
 
 # ---------------------------------------------------------------------------------------------- sampling
-SAMPLES = 2500
-# TV of 2500 exact draws over 6 outcomes: mean ~0.014, 99.9th percentile ~0.035 (simulated), so a correct sampler
-# passes for any seed; the wrong samplers below are > 0.1 away
-TV_MAX = 0.05
-V = 6
-PROMPT = [3, 5, 1]
-
-
-def tiny_pair():
-    """A tiny-vocabulary random target with spread-out next-token distributions, and a drafter close to it (its
-    weights plus noise): the drafter's greedy token is the target's likeliest, yet their distributions differ
-    (TV ~0.25 at PROMPT), so drafts are often accepted and the wrong sampler below is clearly wrong."""
-    kw = dict(vocab_size=V, hidden_size=16, intermediate_size=32, initializer_range=0.3)
-    target, drafter = make_model("llama", layers=1, seed=11, **kw), make_model("llama", layers=1, seed=11, **kw)
-    gen = torch.Generator().manual_seed(12)
-    with torch.no_grad():
-        for weight in drafter.model.parameters():
-            weight.add_(torch.randn(weight.shape, generator=gen) * 0.04)
-    return target, drafter
-
-
-def exact_marginals(model, cfg, prompt=PROMPT) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target's distributions of the first and second generated tokens (under cfg's warping)."""
-    kv = KVModel(model.model)
-    first = warp(kv.forward(prompt)[-1], cfg)
-    second = sum(first[t] * warp(KVModel(model.model).forward(prompt + [t])[-1], cfg) for t in range(V))
-    return first, second
-
-
-def tv(samples: list[int], p: torch.Tensor) -> float:
-    counts = torch.bincount(torch.tensor(samples), minlength=len(p)).float()
-    return 0.5 * float((counts / counts.sum() - p).abs().sum())
-
-
-def sampled_marginals(decoder, n=SAMPLES, budget=2, prompt=PROMPT) -> tuple[list[int], list[int]]:
-    outs = [decoder.generate(prompt, budget).tokens for _ in range(n)]
-    assert all(len(o) == budget for o in outs)  # no EOS in this vocabulary's way: id 2 is rare enough
-    return [o[0] for o in outs], [o[-1] for o in outs]
-
-
 def test_sampling_keeps_the_target_distribution():
     target, drafter = tiny_pair()
     target = dataclasses.replace(target, eos_ids=frozenset())  # never stop early: exactly two tokens each

@@ -332,6 +332,8 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
     df, jobs = collect([Path(r) for r in roots])
     out_dir.mkdir(parents=True, exist_ok=True)
     swept = override_columns(df, jobs)
+    for col in [c for c in (*GROUP_KEYS, *swept) if c in df and df[c].dtype == object]:
+        df[col] = df[col].fillna("none")  # `draft: null` is a setting like any other; pivots drop NaN keys
     hue = varying(df, [c for c in GROUP_KEYS] + swept)
     x = sweep_key(df, swept, cfg.x) if not df.empty else None
     metrics = [m for m in cfg.metrics if m in df and df[m].notna().any()]

@@ -11,7 +11,7 @@ class AR(Decoder):
     supports_sampling = True
 
     def decode(self, prompt: list[int], out: Output) -> None:
-        logits = self.target.forward(prompt)[-1]  # prefill; its last row predicts the first new token
+        logits = self.target.forward(prompt, last=1)[-1]  # prefill; its last row predicts the first new token
         while True:
             token = next_token(logits, self.cfg, self.generator)
             out.emit([token])

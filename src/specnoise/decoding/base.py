@@ -55,6 +55,16 @@ class Output:
         return kept
 
 
+def greedy_accept(drafts: list[int], y: list[int]) -> list[int]:
+    """Verify a chain greedily: ``y[j]`` is the target's argmax at the slot before ``drafts[j]``.
+
+    Returns the accepted drafts plus the target's own next token (the bonus), the block a step emits."""
+    a = 0
+    while a < len(drafts) and drafts[a] == y[a]:
+        a += 1
+    return drafts[:a] + [y[a]]
+
+
 class Decoder:
     """Base class: subclasses set ``name`` and implement ``decode(prompt, out)``."""
 

@@ -7,7 +7,7 @@ token two places after the last accepted one, so the refreshed chain converges o
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Decoder, Output
+from specnoise.decoding.base import Decoder, Output, greedy_accept
 from specnoise.decoding.ngram import ahead_noise
 
 
@@ -22,11 +22,9 @@ class Jacobi(Decoder):
         while True:
             draft = draft[: out.budget - len(out.tokens) - 1]  # a step emits at most len(draft) + 1 tokens
             P, m = self.target.length, len(pending)
-            y = self.target.forward(pending + draft)[m - 1:].argmax(-1).tolist()  # y[j]: prediction after slot j
-            a = 0
-            while a < len(draft) and draft[a] == y[a]:
-                a += 1
-            block = draft[:a] + [y[a]]  # accepted slots + the bonus token
+            y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()  # y[j]: prediction after slot j
+            block = greedy_accept(draft, y)  # accepted slots + the bonus token
+            a = len(block) - 1
             out.emit(block)
             if out.done:
                 return

@@ -11,6 +11,8 @@ Everything a draft-and-verify step needs is here, written once:
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 
@@ -32,6 +34,7 @@ class KVModel:
         self.max_length = _context_length(model.config)
         self.cache = DynamicCache(config=model.config)
         self.forwards = 0
+        self._can_keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
         window = getattr(model.config, "sliding_window", None)
         if window and getattr(model.config, "use_sliding_window", True) and window < self.max_length:
             raise UserError(
@@ -48,11 +51,13 @@ class KVModel:
         return self.cache.get_seq_length()
 
     @torch.inference_mode()
-    def forward(self, tokens, positions=None, tree: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens, positions=None, tree: torch.Tensor | None = None, last: int | None = None) -> torch.Tensor:
         """Feed ``tokens`` after the cached slots; return float32 logits, one row per token.
 
         positions: absolute positions (default: consecutive after the cache).
         tree: bool [q, q], ``tree[i, j]`` = token i may attend to new token j (default: causal).
+        last: return only the last ``last`` rows (a long prefill then never materialises prompt-length x vocab
+        logits, which for a 128k vocabulary costs more than the forward's attention).
         Every new token always sees the whole cache.
         """
         ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(1, -1)
@@ -65,9 +70,11 @@ class KVModel:
             mask = torch.zeros(1, 1, q, P + q, dtype=self.dtype, device=self.device)
             mask[0, 0, :, P:].masked_fill_(~keep, torch.finfo(self.dtype).min)
             kwargs.update(position_ids=pos.view(1, -1), attention_mask=mask)
+        if last is not None and self._can_keep_last:
+            kwargs["logits_to_keep"] = last
         logits = self.model(input_ids=ids, **kwargs).logits
         self.forwards += 1
-        return logits[0].float()
+        return logits[0, -last:].float() if last is not None else logits[0].float()
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` cached slots."""

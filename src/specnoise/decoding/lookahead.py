@@ -26,17 +26,26 @@ from specnoise.decoding.trees import with_prefix
 class Layout(NamedTuple):
     tree: torch.Tensor  # bool [q, q]: who sees whom inside the block
     offsets: torch.Tensor  # position of each token minus the position of the block's first token
-    last_row: list[int]  # block indices of the window's last row (row 0 includes the root)
-    ngrams: list[list[int]]  # block indices of each n-gram's tokens
+    last_row: list[int]  # the window's last row (row 0 includes the root), counted from the root (= 0)
+    ngrams: list[list[int]]  # each n-gram's tokens, counted from the root
+
+
+def layout(trunk: int, rows: tuple[int, ...], k: int, m: int) -> Layout:
+    """The block [trunk (causal, ends in the root) | window rows | k n-grams of m tokens].
+
+    ``rows`` are the window's row lengths; row 0 counts the root as its column 0. Indices count from the root:
+    only the rows from the root on need logits.
+    """
+    core, n = _core(rows, k, m), trunk - 1  # the context before the root comes first
+    if n == 0:
+        return core
+    return core._replace(tree=with_prefix(core.tree, n), offsets=torch.cat([torch.arange(n), core.offsets + n]))
 
 
 @lru_cache(maxsize=256)
-def layout(trunk: int, rows: tuple[int, ...], k: int, m: int) -> Layout:
-    """The block [trunk (causal, ends in the root) | window rows | k n-grams of m tokens], built once per shape.
-
-    ``rows`` are the window's row lengths; row 0 counts the root as its column 0.
-    """
-    index, nxt = [], 1  # index[r][i] = index of window cell (r, i), counted from the root
+def _core(rows: tuple[int, ...], k: int, m: int) -> Layout:
+    """The block from the root on, built once per shape (the context before the root varies: not cached)."""
+    index, nxt = [], 1  # index[r][i] = block index of window cell (r, i); the root is 0
     for r, length in enumerate(rows):
         first = [0] if r == 0 else []
         index.append(first + list(range(nxt, nxt + length - len(first))))
@@ -54,9 +63,7 @@ def layout(trunk: int, rows: tuple[int, ...], k: int, m: int) -> Layout:
         for j, node in enumerate(nodes):
             tree[node, nodes[:j + 1]] = True
             offsets[node] = 1 + j
-    n = trunk - 1  # the context before the root comes first
-    return Layout(with_prefix(tree, n), torch.cat([torch.arange(n), offsets + n]),
-                  [i + n for i in (index[-1] if index else [])], [[i + n for i in g] for g in ngrams])
+    return Layout(tree, offsets, index[-1] if index else [], ngrams)
 
 
 def greedy_pick(logits: torch.Tensor, candidates: list[int]) -> tuple[int, bool]:
@@ -110,10 +117,12 @@ class LookaheadWindow:
         lay = layout(len(trunk), tuple(map(len, self.rows)), len(ngrams), m)
         cells = self.rows[0][1:] + [t for row in self.rows[1:] for t in row]
         positions = (lay.offsets + P).clamp_(max=model.max_length - 1)  # window guesses may run past the context
-        logits = model.forward(trunk + cells + [t for g in ngrams for t in g], positions, lay.tree)[:, :vocab]
+        block = trunk + cells + [t for g in ngrams for t in g]
+        logits = model.forward(block, positions, lay.tree, last=len(block) - len(trunk) + 1)[:, :vocab]
         paths = [g[:m - 1] if self.faithful else g for g in ngrams]  # LADE drops a full match's bonus token
-        out, kept = walk(paths, lay.ngrams, len(trunk) - 1, logits, greedy_pick)
-        model.compact(P + len(trunk), [P + i for i in kept])
+        out, kept = walk(paths, lay.ngrams, 0, logits, greedy_pick)
+        root_slot = P + len(trunk) - 1
+        model.compact(root_slot + 1, [root_slot + i for i in kept])
         self._advance(root, logits[lay.last_row].argmax(-1).tolist())
         return out
 

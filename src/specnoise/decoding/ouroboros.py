@@ -75,27 +75,29 @@ class Ouroboros(Decoder):
         seq = list(prompt)
         while True:
             # 1. draft; drafts past the budget could never be emitted
-            d, fed = self.draft_tokens(window, seq, min(cfg.gamma, out.budget - len(out.tokens) - 1))
+            d, fed = self.make_draft(window, seq, min(cfg.gamma, out.budget - len(out.tokens) - 1))
             # 2. lengthen with the newest phrases for the draft's last token
-            key = (seq + d)[-1]
+            key = d[-1] if d else seq[-1]
             phrases = self.pool.newest(key, cfg.K) if cfg.lengthening else []
             # 3. one target forward; the first step's is the target's prefill
             P, trunk = self.target.length, seq[self.target.length:] + d
             lay = layout(len(trunk), (), len(phrases), M)
-            logits = self.target.forward(trunk + [t for g in phrases for t in g], lay.offsets + P, lay.tree)
+            # logits from seq[-1] (row 0, predicting d[0]) on: d[j] is row 1+j, the phrases hang after d[-1]
+            logits = self.target.forward(trunk + [t for g in phrases for t in g], lay.offsets + P, lay.tree,
+                                         last=len(d) + 1 + len(phrases) * M)
             # 4. accept along draft-then-phrase paths (phrases share the draft as their prefix)
-            root, d_nodes = len(trunk) - len(d) - 1, list(range(len(trunk) - len(d), len(trunk)))
+            d_nodes, phrase_nodes = list(range(1, len(d) + 1)), [[len(d) + i for i in g] for g in lay.ngrams]
             paths = [d + list(g[:M - 1] if cfg.faithful else g) for g in phrases] or [d]
-            block, kept = walk(paths, [d_nodes + nodes for nodes in lay.ngrams] or [d_nodes], root, logits, self.pick)
+            block, kept = walk(paths, [d_nodes + g for g in phrase_nodes] or [d_nodes], 0, logits, self.pick)
             start = len(seq)
             seq += out.emit(block)
             if out.done:
                 return
-            self.target.compact(start, [P + i for i in kept])
+            self.target.compact(start, [start - 1 + i for i in kept])
             rewind(self.draft, fed, seq)
-            self.harvest(key, d, phrases, logits.argmax(-1).tolist(), root, d_nodes, lay.ngrams, len(block) - 1)
+            self.harvest(key, d, phrases, logits.argmax(-1).tolist(), d_nodes, phrase_nodes, len(block) - 1)
 
-    def draft_tokens(self, window: LookaheadWindow, seq: list[int], want: int) -> tuple[list[int], list[int]]:
+    def make_draft(self, window: LookaheadWindow, seq: list[int], want: int) -> tuple[list[int], list[int]]:
         """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), and all the tokens the draft model has seen."""
         if want <= 0:
             return [], list(seq)
@@ -112,19 +114,19 @@ class Ouroboros(Decoder):
                 break
         return d[:want], fed
 
-    def harvest(self, key: int, d: list[int], phrases: list, y: list[int], root: int, d_nodes: list[int],
+    def harvest(self, key: int, d: list[int], phrases: list, y: list[int], d_nodes: list[int],
                 phrase_nodes: list[list[int]], accepted: int) -> None:
         """Feed the pool from verification (greedy predictions, also under sampling: the pool only guesses).
 
-        y: argmax per block index; root / d_nodes / phrase_nodes: block indices; accepted: draft tokens kept."""
+        y: argmax per logits row (row 0 predicts d[0]); d_nodes / phrase_nodes: their rows; accepted: tokens kept."""
         M, how = self.cfg.beta, self.cfg.harvest
         phrase_preds = [[y[i] for i in nodes] for nodes in phrase_nodes]
         if accepted < len(d):  # draft rejected: its tail still shows what the target continues with
             if how == "paper":
                 harvest_discarded(self.pool, d[accepted:], [y[i] for i in d_nodes[accepted:]], M)
             elif how == "specbench":
-                harvest_specbench(self.pool, [y[i] for i in ([root] + d_nodes)[accepted:]], phrase_preds, M)
+                harvest_specbench(self.pool, y[accepted:len(d) + 1], phrase_preds, M)
         elif how == "paper":  # draft accepted: each tried phrase becomes what the target made of it
-            u0 = y[([root] + d_nodes)[-1]]
+            u0 = y[len(d)]
             for g, preds in zip(phrases, phrase_preds):
                 self.pool.replace(key, g, [u0] + preds[:M - 1])

@@ -7,7 +7,7 @@ and each step verifies the looked-up span in one causal forward. With no match a
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Decoder, Output
+from specnoise.decoding.base import Decoder, Output, greedy_accept
 from specnoise.decoding.ngram import prompt_lookup
 
 
@@ -21,11 +21,9 @@ class PLD(Decoder):
             room = out.budget - len(out.tokens) - 1  # a step emits at most len(draft) + 1 tokens
             draft = prompt_lookup(seq, self.cfg.max_ngram_size, self.cfg.num_pred_tokens)[:room] if room else []
             P, m = self.target.length, len(pending)
-            y = self.target.forward(pending + draft)[m - 1:].argmax(-1).tolist()  # y[j]: prediction after draft j-1
-            a = 0
-            while a < len(draft) and draft[a] == y[a]:
-                a += 1
-            block = draft[:a] + [y[a]]
+            y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()  # y[j]: prediction after draft j-1
+            block = greedy_accept(draft, y)  # accepted slots + the bonus token
+            a = len(block) - 1
             out.emit(block)
             if out.done:
                 return

@@ -15,7 +15,7 @@ from functools import partial
 import torch
 
 from specnoise.config import UserError
-from specnoise.decoding.base import Decoder, Output
+from specnoise.decoding.base import Decoder, Output, greedy_accept
 from specnoise.decoding.kv import KVModel
 from specnoise.decoding.sampling import fit_vocab, sample, speculative_sample, warp
 from specnoise.models import check_same_tokenizer
@@ -58,7 +58,7 @@ def draft_tokens(draft: KVModel, seq: list[int], n: int, vocab: int,
     qs: list[torch.Tensor] = []
     if n <= 0:
         return tokens, qs
-    logits = draft.forward(seq[draft.length:])[-1]
+    logits = draft.forward(seq[draft.length:], last=1)[-1]
     while True:
         logits = fit_vocab(logits, vocab)
         if probs is None:
@@ -97,7 +97,7 @@ class Speculative(Decoder):
             n = min(gamma, out.budget - len(out.tokens) - 1)  # drafts past the budget could never be emitted
             drafts, q = draft_tokens(self.draft, seq, n, self.vocab, q_of, self.generator)
             # the first step's forward is the target's prefill
-            logits = self.target.forward(seq[self.target.length:] + drafts)[-n - 1:]
+            logits = self.target.forward(seq[self.target.length:] + drafts, last=n + 1)
             block = self.verify(logits, drafts, torch.stack(q) if q else None)
             fed = seq + drafts
             seq += out.emit(block)
@@ -111,9 +111,5 @@ class Speculative(Decoder):
     def verify(self, logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None) -> list[int]:
         """Accepted drafts plus the target's token: matching prefix (greedy) or min(1, p/q) acceptance."""
         if self.cfg.temperature == 0:
-            y = logits.argmax(-1).tolist()
-            a = 0
-            while a < len(drafts) and drafts[a] == y[a]:
-                a += 1
-            return drafts[:a] + [y[a]]
+            return greedy_accept(drafts, logits.argmax(-1).tolist())
         return speculative_sample(warp(logits, self.cfg), q, drafts, self.generator)

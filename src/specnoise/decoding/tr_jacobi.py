@@ -91,7 +91,7 @@ class TRJacobi(Decoder):
             positions = tree.depth + (P + m - 1)
             if m > 1:
                 positions = torch.cat([torch.arange(P, P + m - 1, device=positions.device), positions])
-            logits = self.target.forward(pending + nodes, positions, with_prefix(tree.mask, m - 1))[m - 1:]
+            logits = self.target.forward(pending + nodes, positions, with_prefix(tree.mask, m - 1), last=len(nodes) + 1)
             y = logits.argmax(-1).tolist()  # y[i]: prediction after input i (root = 0, node i = i)
             tokens = [pending[-1]] + nodes
             right = [False] + [tokens[i] == y[tree.parent[i]] for i in range(1, len(tokens))]

@@ -56,14 +56,11 @@ def fill_ahead(ids: torch.Tensor, starts: torch.Tensor, seg_lens: torch.Tensor, 
     place as the reference does (a later noise token may copy an earlier noise token)."""
     out = ids.clone()
     rows = torch.arange(len(ids))
-    order = starts.sort(dim=1).values
-    for seg in range(order.shape[1]):
-        for k in range(int(seg_lens.max()) if seg_lens.numel() else 0):
-            pos = order[:, seg] + k
-            active = k < seg_lens
+    for start in starts.sort(dim=1).values.T:  # segments left to right
+        for k in range(int(seg_lens.max()) if len(seg_lens) else 0):
+            pos = (start + k).clamp(max=ids.shape[1] - 1)  # rows whose segment is shorter rewrite pos unchanged
             j = (torch.rand(len(ids), generator=generator) * pos).long()
-            out[rows, pos.clamp(max=ids.shape[1] - 1)] = torch.where(
-                active, out[rows, j], out[rows, pos.clamp(max=ids.shape[1] - 1)])
+            out[rows, pos] = torch.where(k < seg_lens, out[rows, j], out[rows, pos])
     return out
 
 

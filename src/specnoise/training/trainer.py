@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
 import time
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from specnoise.config import Config, UserError
+from specnoise.tracking import Tracker, start_run
 from specnoise.training.collator import Collator
 
 log = logging.getLogger("specnoise.train")
@@ -88,30 +88,18 @@ def agree_on_run_dir(run_dir: Path) -> Path:
     return run_dir
 
 
-def init_wandb(conf: Config, cfg: DictConfig, run_dir: Path) -> list[str]:
-    """Rank 0 opens the wandb run with the whole composed config; Trainer's callback then logs into it."""
-    lg = conf.logger
-    if lg.name == "none":
-        return []
+def open_tracker(conf: Config, cfg: DictConfig, run_dir: Path):
+    """(tracker, Trainer's report_to): rank 0 opens the job's wandb run (specnoise.tracking), and Trainer's
+    wandb callback logs the loss curves into it; the other ranks log nothing."""
     from accelerate import PartialState
 
     if not PartialState().is_main_process:
-        return ["wandb"]  # the callback is rank-0-only inside Trainer; other ranks stay silent
-    import wandb
-
-    mode = lg.mode
-    if mode == "auto":
-        mode = "online" if os.environ.get("WANDB_API_KEY") or (Path.home() / ".netrc").is_file() else "offline"
-    os.environ.setdefault("WANDB_MODE", mode)
-    os.environ.setdefault("WANDB_PROJECT", lg.project)
-    if wandb.run is None:
-        wandb.init(project=lg.project, entity=lg.entity, group=lg.group or conf.experiment, tags=list(lg.tags),
-                   name=f"{conf.train.name}-{run_dir.name}", dir=str(run_dir), mode=mode,
-                   config=OmegaConf.to_container(cfg, resolve=True))
-    return ["wandb"]
+        return Tracker(), "none"
+    tracker = start_run(conf, cfg, run_dir, job_type="train")
+    return tracker, ["wandb"] if tracker.mode != "disabled" else "none"
 
 
-def training_args(conf: Config, run_dir: Path, report_to: list[str], has_eval: bool) -> TrainingArguments:
+def training_args(conf: Config, run_dir: Path, report_to, has_eval: bool) -> TrainingArguments:
     t = conf.train
     return TrainingArguments(
         output_dir=str(run_dir / CHECKPOINTS),
@@ -156,7 +144,7 @@ def fit(model, tokenizer, train_set, eval_set, collator: Collator, conf: Config,
         run_dir: Path) -> Path:
     """Train, evaluate on the held-out set, save the final model; returns its folder."""
     t = conf.train
-    report_to = init_wandb(conf, cfg, run_dir)
+    tracker, report_to = open_tracker(conf, cfg, run_dir)
     args = training_args(conf, run_dir, report_to, has_eval=bool(eval_set))
     budget = TimeBudget(t.max_minutes, t.warmup_ratio) if t.max_minutes else None
     trainer = SpecnoiseTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set or None,
@@ -199,5 +187,7 @@ def fit(model, tokenizer, train_set, eval_set, collator: Collator, conf: Config,
             **dict(collator.stats),
         }
         (run_dir / "train_results.json").write_text(json.dumps(summary, indent=2))
+        tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float))})
         log.info("saved %s; held-out loss %s", final, summary["heldout_loss"])
+    tracker.finish()
     return final
