@@ -144,3 +144,14 @@ def test_task_report_entry_point(tmp_path):
     )
     assert proc.returncode == 2 and "no results.json or FAILED.json" in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_jobs_without_a_draft_stay_in_the_category_tables(tmp_path):
+    for num, draft in enumerate((None, "tiny-code-draft")):
+        rows = [result_row(d, cat, speedup=1.5, draft=draft) for d in ("ar", "pld") for cat in ("all", "qa", "rag")]
+        write_job(tmp_path / "sweep" / str(num), [f"pair={'none' if draft is None else 'tiny-code'}"], rows)
+    build_report([tmp_path / "sweep"], tmp_path / "out")
+    df = pd.read_csv(tmp_path / "out" / "report.csv")
+    assert set(df["draft"]) == {"none", "tiny-code-draft"}
+    by_category = (tmp_path / "out" / "report.md").read_text().split("## speedup by category")[1].split("##")[0]
+    assert by_category.count("| pld ") == 2  # one row per job, the draft-less one included

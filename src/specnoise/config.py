@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -65,12 +65,12 @@ TEMPLATES = ("raw", "chat", "alpaca", "vicuna", "llama2-chat", "deepseek-coder",
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    path: Optional[str] = MISSING  # hub id or local folder; None only for draft=none
+    path: str | None = MISSING  # hub id or local folder; None only for draft=none
     dtype: str = "float32"
     device: str = "auto"
     attn_implementation: str = "sdpa"
     template: str = "raw"  # prompt template (data/templates.py); "chat" = tokenizer.apply_chat_template
-    revision: Optional[str] = None
+    revision: str | None = None
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
@@ -86,7 +86,7 @@ class ModelConfig:
 @dataclass
 class DraftConfig(ModelConfig):
     name: str = "none"
-    path: Optional[str] = None
+    path: str | None = None
 
     def __post_init__(self) -> None:
         self._check("draft")
@@ -149,10 +149,10 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     arch: ArchConfig = field(default_factory=ArchConfig)  # only train=pretrain
-    tokenizer_path: Optional[str] = None  # train=pretrain: reuse this tokenizer instead of training one
+    tokenizer_path: str | None = None  # train=pretrain: reuse this tokenizer instead of training one
     num_workers: int = 0
     save_dtype: str = "float32"  # dtype of the saved final model (bfloat16 halves the files of shipped models)
-    max_minutes: Optional[float] = None  # time budget: stop then, warmup + cosine over wall-clock time (see trainer)
+    max_minutes: float | None = None  # time budget: stop then, warmup + cosine over wall-clock time (see trainer)
 
     def __post_init__(self) -> None:
         one_of(self.name, "train.name", ("none", "sft", "msn", "pretrain"))
@@ -174,19 +174,19 @@ class TrainConfig:
 class DataConfig:
     name: str = MISSING
     format: str = "alpaca"  # alpaca (instruction/input/output) | text (pretraining corpus) | python_source
-    path: Optional[str] = None  # local .json / .jsonl file (or folder for python_source)
-    hub: Optional[str] = None  # datasets hub name, used when path is None
+    path: str | None = None  # local .json / .jsonl file (or folder for python_source)
+    hub: str | None = None  # datasets hub name, used when path is None
     split: str = "train"
     instruction_field: str = "instruction"
     input_field: str = "input"
     output_field: str = "output"  # "response" is accepted as a fallback
     text_field: str = "text"
     conversation_field: str = "conversations"  # LIMA-style rows: alternating user / assistant turns
-    max_samples: Optional[int] = None
+    max_samples: int | None = None
     # python_source: packages whose installed .py files form the corpus (plus the standard library)
     packages: list[str] = field(default_factory=list)
     include_stdlib: bool = True
-    max_chars: Optional[int] = None
+    max_chars: int | None = None
 
     def __post_init__(self) -> None:
         one_of(self.format, "data.format", ("alpaca", "text", "python_source"))
@@ -198,7 +198,7 @@ class DataConfig:
 @dataclass
 class DecoderConfig:
     name: str = MISSING
-    max_new_tokens: Optional[int] = None  # None: the benchmark's budget
+    max_new_tokens: int | None = None  # None: the benchmark's budget
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0
@@ -348,27 +348,27 @@ DECODER_SCHEMAS: dict[str, type[DecoderConfig]] = {
 @dataclass
 class BenchmarkConfig:
     name: str = "none"  # none = no benchmark stage
-    path: Optional[str] = None  # local JSON/JSONL (overrides hub)
-    hub: Optional[str] = None
-    hub_config: Optional[str] = None
+    path: str | None = None  # local JSON/JSONL (overrides hub)
+    hub: str | None = None
+    hub_config: str | None = None
     split: str = "test"
     prompt_field: str = "prompt"
-    id_field: Optional[str] = None
-    category_field: Optional[str] = None
-    reference_field: Optional[str] = None
-    limit: Optional[int] = None  # first N prompts (after the category filter)
-    limit_per_category: Optional[int] = None  # first N prompts of each category (Spec-Bench subsets)
+    id_field: str | None = None
+    category_field: str | None = None
+    reference_field: str | None = None
+    limit: int | None = None  # first N prompts (after the category filter)
+    limit_per_category: int | None = None  # first N prompts of each category (Spec-Bench subsets)
     categories: list[str] = field(default_factory=list)  # keep only these categories (empty: all)
     max_new_tokens: int = 128
     # none | pass_at_1 | gsm8k | rouge | bleu | length | per_category (Spec-Bench: each category its own metric)
     scorer: str = "none"
-    template: Optional[str] = None  # override the model's prompt template
+    template: str | None = None  # override the model's prompt template
     warmup: int = 1  # warm-up generations (first prompt), discarded
     check_lossless: bool = True
     exec_timeout: float = 10.0  # seconds per executed completion (pass_at_1)
     exec_memory_mb: int = 1024  # address-space limit per executed completion (pass_at_1)
-    max_prompt_tokens: Optional[int] = None  # None: the model's context minus max_new_tokens; longer: skipped
-    threads: Optional[int] = None  # torch intra-op threads while benchmarking (None: torch's default)
+    max_prompt_tokens: int | None = None  # None: the model's context minus max_new_tokens; longer: skipped
+    threads: int | None = None  # torch intra-op threads while benchmarking (None: torch's default)
 
     def __post_init__(self) -> None:
         check(self.limit is None or self.limit >= 1, "benchmark.limit", f"got {self.limit}, must be >= 1")
@@ -394,9 +394,9 @@ class BenchmarkConfig:
 class LoggerConfig:
     name: str = "wandb"  # wandb | none
     project: str = "specnoise"
-    entity: Optional[str] = None
+    entity: str | None = None
     mode: str = "auto"  # auto: online when an API key is configured, else offline | online | offline
-    group: Optional[str] = None  # default: the experiment name
+    group: str | None = None  # default: the experiment name
     tags: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -407,8 +407,8 @@ class LoggerConfig:
 @dataclass
 class ReportConfig:
     runs: list[str] = field(default_factory=list)  # run / multirun directories to collect
-    out_dir: Optional[str] = None  # default: the Hydra run directory
-    x: Optional[str] = None  # swept key to plot metrics against (None: the first numeric swept key; "off": none)
+    out_dir: str | None = None  # default: the Hydra run directory
+    x: str | None = None  # swept key to plot metrics against (None: the first numeric swept key; "off": none)
     metrics: list[str] = field(default_factory=lambda: ["speedup", "mean_accepted_tokens"])  # plotted
     categories: bool = True  # per-category table and plot when a benchmark has categories
     plots: bool = True  # PNG plots (matplotlib, Agg)

@@ -332,7 +332,7 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
     df, jobs = collect([Path(r) for r in roots])
     out_dir.mkdir(parents=True, exist_ok=True)
     swept = override_columns(df, jobs)
-    for col in [c for c in (*GROUP_KEYS, *swept) if c in df and df[c].dtype == object]:
+    for col in [c for c in (*GROUP_KEYS, *swept) if c in df and not pd.api.types.is_numeric_dtype(df[c])]:
         df[col] = df[col].fillna("none")  # `draft: null` is a setting like any other; pivots drop NaN keys
     hue = varying(df, [c for c in GROUP_KEYS] + swept)
     x = sweep_key(df, swept, cfg.x) if not df.empty else None
@@ -389,7 +389,7 @@ def log_to_wandb(out_dir: Path, conf: Config, cfg: DictConfig | None = None) -> 
             import wandb
 
             table = pd.read_csv(out_dir / "report.csv")
-            text = table.select_dtypes("object").columns  # wandb wants one type per column: no NaN among strings
+            text = [c for c in table if not pd.api.types.is_numeric_dtype(table[c])]  # wandb: no NaN among strings
             table[text] = table[text].fillna("").astype(str)
             tracker.table("report", table)
             tracker.log({f"plots/{p.stem}": wandb.Image(str(p)) for p in sorted(out_dir.glob("*.png"))})

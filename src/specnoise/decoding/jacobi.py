@@ -22,7 +22,8 @@ class Jacobi(Decoder):
         while True:
             draft = draft[: out.budget - len(out.tokens) - 1]  # a step emits at most len(draft) + 1 tokens
             P, m = self.target.length, len(pending)
-            y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()  # y[j]: prediction after slot j
+            # y[j]: the prediction after draft slot j-1 (y[0] after the newest accepted token)
+            y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()
             block = greedy_accept(draft, y)  # accepted slots + the bonus token
             a = len(block) - 1
             out.emit(block)

@@ -51,7 +51,8 @@ class KVModel:
         return self.cache.get_seq_length()
 
     @torch.inference_mode()
-    def forward(self, tokens, positions=None, tree: torch.Tensor | None = None, last: int | None = None) -> torch.Tensor:
+    def forward(self, tokens, positions=None, tree: torch.Tensor | None = None,
+                last: int | None = None) -> torch.Tensor:
         """Feed ``tokens`` after the cached slots; return float32 logits, one row per token.
 
         positions: absolute positions (default: consecutive after the cache).

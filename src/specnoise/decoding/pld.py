@@ -21,7 +21,8 @@ class PLD(Decoder):
             room = out.budget - len(out.tokens) - 1  # a step emits at most len(draft) + 1 tokens
             draft = prompt_lookup(seq, self.cfg.max_ngram_size, self.cfg.num_pred_tokens)[:room] if room else []
             P, m = self.target.length, len(pending)
-            y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()  # y[j]: prediction after draft j-1
+            # y[j]: the prediction after draft j-1 (y[0] after the newest accepted token)
+            y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()
             block = greedy_accept(draft, y)  # accepted slots + the bonus token
             a = len(block) - 1
             out.emit(block)
