@@ -134,8 +134,12 @@ def test_sft_data_errors_and_formats(tmp_path, base):
 
 
 def test_unreachable_hub_dataset_names_data_path(monkeypatch, base):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets
+    import huggingface_hub
+
+    # what a machine without network sees, without waiting for connection time-outs (read at import time)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     tokenizer = AutoTokenizer.from_pretrained(base)
     with pytest.raises(UserError, match="data.path"):
         load_sft(DataConfig(name="x", hub="no-such-user/no-such-set"), tokenizer, "raw", TrainConfig(name="sft"))
