@@ -32,7 +32,6 @@ bench: setup
 
 lint: setup
 	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
 
 clean:
 	rm -rf $(VENV) outputs/runs outputs/multirun

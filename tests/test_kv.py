@@ -15,15 +15,6 @@ from specnoise.decoding.tr_jacobi import retrieve
 from specnoise.decoding.trees import TEMPLATES, build_tree, with_prefix
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: thread hand-offs cost more than the matmuls (10x on busy shared cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def causal_logits(model, tokens: list[int]) -> torch.Tensor:
     return KVModel(model).forward(tokens)
 

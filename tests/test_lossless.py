@@ -8,7 +8,6 @@ known in advance and lookup drafts get accepted, so budgets and EOS ids fall ins
 from __future__ import annotations
 
 import pytest
-import torch
 
 from conftest import prompts
 from helpers_decoding import CYCLE, ar, cycle_successor, map_model
@@ -18,15 +17,6 @@ from specnoise.decoding.base import DECODER_MODULES, build_decoder, decoder_clas
 ALL = list(DECODER_MODULES)
 NEW_TOKENS = 40
 PROMPTS = prompts(6, seed=1)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: thread hand-offs cost more than the matmuls (10x on busy shared cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def build(name: str, target, draft, **overrides):

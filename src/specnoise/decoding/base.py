@@ -88,6 +88,17 @@ class Decoder:
     def decode(self, prompt: list[int], out: Output) -> None:
         raise NotImplementedError
 
+    def verify_chain(self, pending: list[int], draft: list[int]) -> tuple[list[int], list[int]]:
+        """Greedy verification of a causal chain: one forward of the accepted tokens that have no KV yet
+        (``pending``) followed by ``draft``. Returns the block to emit (accepted drafts + the target's own token)
+        and the predictions ``y`` (``y[j]`` follows draft slot j-1). Only accepted slots stay cached: the bonus
+        token's KV is not computed yet, so it is the next step's ``pending``."""
+        start = self.target.length + len(pending)
+        y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()
+        block = greedy_accept(draft, y)
+        self.target.crop(start + len(block) - 1)
+        return block, y
+
     def reset_history(self) -> None:
         """Forget state kept across prompts (Ouroboros' phrase pool); no-op for the others."""
 

@@ -7,7 +7,7 @@ token two places after the last accepted one, so the refreshed chain converges o
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Decoder, Output, greedy_accept
+from specnoise.decoding.base import Decoder, Output
 from specnoise.decoding.ngram import ahead_noise
 
 
@@ -21,16 +21,12 @@ class Jacobi(Decoder):
         draft = ahead_noise(seq, L, self.generator)
         while True:
             draft = draft[: out.budget - len(out.tokens) - 1]  # a step emits at most len(draft) + 1 tokens
-            P, m = self.target.length, len(pending)
-            # y[j]: the prediction after draft slot j-1 (y[0] after the newest accepted token)
-            y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()
-            block = greedy_accept(draft, y)  # accepted slots + the bonus token
-            a = len(block) - 1
+            block, y = self.verify_chain(pending, draft)
             out.emit(block)
             if out.done:
                 return
-            self.target.crop(P + m + a)  # a chain: the accepted slots are already contiguous
+            a = len(block) - 1  # accepted slots
             seq += block
-            pending = [y[a]]
+            pending = block[-1:]
             # Jacobi refresh: the prediction after rejected slot a + j becomes the new slot j
             draft = y[a + 1:] + ahead_noise(seq, L - len(y[a + 1:]), self.generator)

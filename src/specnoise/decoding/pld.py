@@ -7,7 +7,7 @@ and each step verifies the looked-up span in one causal forward. With no match a
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Decoder, Output, greedy_accept
+from specnoise.decoding.base import Decoder, Output
 from specnoise.decoding.ngram import prompt_lookup
 
 
@@ -20,14 +20,9 @@ class PLD(Decoder):
         while True:
             room = out.budget - len(out.tokens) - 1  # a step emits at most len(draft) + 1 tokens
             draft = prompt_lookup(seq, self.cfg.max_ngram_size, self.cfg.num_pred_tokens)[:room] if room else []
-            P, m = self.target.length, len(pending)
-            # y[j]: the prediction after draft j-1 (y[0] after the newest accepted token)
-            y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()
-            block = greedy_accept(draft, y)  # accepted slots + the bonus token
-            a = len(block) - 1
+            block, _ = self.verify_chain(pending, draft)
             out.emit(block)
             if out.done:
                 return
-            self.target.crop(P + m + a)
             seq += block
-            pending = [y[a]]
+            pending = block[-1:]
