@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import yaml  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from specnoise.config import Config, ReportConfig, UserError  # noqa: E402
+from specnoise.files import write_atomic
 
 log = logging.getLogger("specnoise.report")
 
@@ -187,18 +187,6 @@ def label(df: pd.DataFrame, cols: list[str]) -> pd.Series:
 
 
 # ------------------------------------------------------------------------------------------- output
-def write_atomic(path: Path, write) -> None:
-    """Write via a temporary file in the same folder, then rename: no half-written report files."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     def cell(v):
         if isinstance(v, float):
@@ -252,17 +240,21 @@ def plot_bars(df: pd.DataFrame, hue: list[str], metrics: list[str], path: Path, 
             plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
         ax.set_ylabel(metric)
         ax.set_xlabel("")
-        _reference(ax, metric)
-        if hue:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        _finish_axes(ax, metric, hue)
+    _save(fig, path)
+
+
+def _finish_axes(ax, metric: str, hue: list[str]) -> None:
+    if metric in ("speedup", "mean_accepted_tokens"):
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8, label="_AR")  # AR's level by definition
+    if hue:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def _save(fig, path: Path) -> None:
     fig.tight_layout()
     write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
     plt.close(fig)
-
-
-def _reference(ax, metric: str) -> None:
-    if metric in ("speedup", "mean_accepted_tokens"):
-        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8, label="_AR")  # AR's level by definition
 
 
 def plot_sweep(df: pd.DataFrame, x: str, hue: list[str], metrics: list[str], path: Path) -> None:
@@ -276,12 +268,8 @@ def plot_sweep(df: pd.DataFrame, x: str, hue: list[str], metrics: list[str], pat
         table.plot(ax=ax, marker="o", legend=bool(hue))
         ax.set_xlabel(x)
         ax.set_ylabel(metric)
-        _reference(ax, metric)
-        if hue:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
-    plt.close(fig)
+        _finish_axes(ax, metric, hue)
+    _save(fig, path)
 
 
 def markdown(title: str, sections: dict[str, pd.DataFrame], jobs: list[Job], plots: list[Path]) -> str:
@@ -362,7 +350,7 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
     columns = ["job"] + swept + [c for c in df.columns if c not in swept and c != "job"]
     write_atomic(out_dir / "report.csv", lambda tmp: df.reindex(columns=columns).to_csv(tmp, index=False))
     md = markdown(title, sections, jobs, plots)
-    write_atomic(out_dir / "report.md", lambda tmp: Path(tmp).write_text(md))
+    write_atomic(out_dir / "report.md", md)
     print_console(sections, jobs, out_dir)
     return out_dir / "report.md"
 

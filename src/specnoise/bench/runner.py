@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import time
 from collections import defaultdict
@@ -41,6 +40,7 @@ from specnoise.config import ARConfig, Config, DecoderConfig, UserError, config_
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
 from specnoise.decoding.kv import self_test
+from specnoise.files import write_atomic
 from specnoise.models import check_same_tokenizer, load_model
 from specnoise.tracking import start_run
 
@@ -112,12 +112,6 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     if a == b:
         return None
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------ the run
