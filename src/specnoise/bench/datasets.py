@@ -32,7 +32,7 @@ class Sample:
     id: str
     category: str
     turns: list[str]  # user messages, asked one after the other
-    reference: Any = None  # str, or a list for multi-turn references
+    reference: Any = None  # str (what the model should write: scorers and ref_nll), or a list (multi-turn)
     scorer: str = "none"
     response_prefix: str = ""  # text the first answer starts with (code benchmarks pre-fill the function)
     fields: dict = field(default_factory=dict)  # what the scorer needs: tests, entry point, ...
@@ -164,6 +164,7 @@ def humaneval(cfg: BenchmarkConfig, raw: bool) -> Iterable[Sample]:
             category="humaneval",
             turns=[prompt if raw else f"Complete the following Python function.\n```python\n{prompt}```"],
             response_prefix="" if raw else f"```python\n{prompt}",
+            reference=row.get("canonical_solution"),  # the body after the prompt (for ref_nll)
             fields={"prompt": prompt, "test": need(row, "test", where), "entry_point": need(row, "entry_point", where)},
         )
 
@@ -180,6 +181,7 @@ def mbpp(cfg: BenchmarkConfig, raw: bool) -> Iterable[Sample]:
             category="mbpp",
             turns=[ask],
             response_prefix="" if raw else "```python\n",
+            reference=row.get("code"),  # the reference solution (for ref_nll)
             fields={"test_list": tests, "test_setup_code": row.get("test_setup_code") or ""},
         )
 

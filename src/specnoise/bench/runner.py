@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from specnoise.bench.datasets import Sample, dialogue_text, load_benchmark
+from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
 from specnoise.config import ARConfig, Config, DecoderConfig, UserError, config_dir
 from specnoise.data.templates import encode_prompt
@@ -47,7 +48,7 @@ from specnoise.tracking import start_run
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
 TABLE_COLUMNS = ["decoder", "category", "prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second",
-                 "speedup", "lossless_fraction", "task_score", "score_metric"]
+                 "speedup", "lossless_fraction", "task_score", "score_metric", "ref_nll"]
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Measured:
     lossless: bool  # greedy and benchmark.check_lossless: compare every decoder's tokens with AR's
     answers: dict[tuple[str, str], Answer] = field(default_factory=dict)  # (decoder, sample id) -> last answer
     scores: dict[tuple[str, str], dict | None] = field(default_factory=dict)
+    refs: dict[str, RefNLL] = field(default_factory=dict)  # sample id -> NLL of its reference (model only)
 
     def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
         return [t.out.tokens for t in self.runs[decoder][sample.id]]
@@ -182,6 +184,7 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
     if any(s.scorer != "none" for s in kept):
         log.info("scoring %d answers (identical answers once)", len(m.answers))
     m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), bench)))
+    m.refs = reference_nlls(target.model, tokenizer, kept, lambda s: dialogue_text(s, template, [], tokenizer))
     rows, per_prompt = summary_rows(m), prompt_rows(m)
     results = {
         "config": OmegaConf.to_container(cfg, resolve=True),
@@ -231,6 +234,7 @@ def prompt_rows(m: Measured) -> list[dict]:
                     "output": t.text,
                     "score": score["score"] if score else None,
                     "score_detail": {key: v for key, v in score.items() if key != "score"} if score else None,
+                    "ref_nll": m.refs[s.id].mean if s.id in m.refs else None,
                 })
     return rows
 
@@ -272,6 +276,7 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "speedup": 1.0 if name == "ar" else ar_seconds / max(seconds, 1e-9),
         "lossless_fraction": sum(same) / len(same) if m.lossless else None,
         "task_score": score, "score_metric": metric, **{f"score_{k}": v for k, v in details.items()},
+        **row_ref_nll(m.refs, group),
         "sb_tokens_per_second": sb_speed, "sb_ar_tokens_per_second": sb_ar_speed,
         "sb_speedup": 1.0 if name == "ar" else sb_speed / max(sb_ar_speed, 1e-9),
         "sb_mean_accepted_tokens": fmean(accepted) if accepted else 0.0,  # pooled over steps, as Spec-Bench's #MAT
@@ -282,7 +287,7 @@ def track(conf: Config, cfg: DictConfig, run_dir: Path, table: pd.DataFrame, per
     """Summary metrics (``<decoder>/<metric>`` over all prompts, and the main decoder's without prefix), the
     results table and the per-prompt table. Started after the timing so wandb's process cannot disturb it."""
     metrics = ["speedup", "mean_accepted_tokens", "tokens_per_second", "lossless_fraction", "task_score",
-               "sb_speedup", "sb_tokens_per_second"]
+               "ref_nll", "sb_speedup", "sb_tokens_per_second"]
     summary = {}
     for row in table[table.category == "all"].to_dict("records"):
         for metric in metrics:
