@@ -51,8 +51,8 @@ def test_pair_sets_model_and_draft():
 
 
 def test_shipped_models_resolve_inside_the_package():
-    conf = compose_object(["model=tiny-code-msn"])
-    assert Path(conf.model.path).is_absolute() and "assets/models/tiny-code-msn" in conf.model.path
+    conf = compose_object(["model=small-code-msn"])
+    assert Path(conf.model.path).is_absolute() and "assets/models/small-code-msn" in conf.model.path
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ TINY = [n for n in SWEEPS if n.endswith("-tiny")]
 PAPER = [n[: -len("-tiny")] for n in TINY]
 CALLBACK = "++hydra.callbacks.report._target_=specnoise.callbacks.ReportCallback"
 SHIPPED = all((ASSETS_DIR / "models" / m / "config.json").is_file()
-              for m in ("tiny-code", "tiny-code-sft", "tiny-code-msn", "tiny-code-draft"))
+              for m in ("small-code", "small-code-sft", "small-code-msn", "small-code-draft"))
 needs_shipped = pytest.mark.skipif(not SHIPPED, reason="the shipped tiny models are not in src/specnoise/assets yet")
 
 
@@ -144,7 +144,7 @@ def test_tiny_experiment_runs_with_its_own_report(tmp_path, random_model):
     (sweep,) = multirun_dirs(tmp_path)
     df = pd.read_csv(sweep / "report" / "report.csv")
     assert set(df["decoder"]) == {"ar", "jacobi", "tr_jacobi"}
-    assert set(df["model"]) == {"tiny-code-sft", "tiny-code-msn"}  # the preset's sweep over model=...
+    assert set(df["model"]) == {"small-code-sft", "small-code-msn"}  # the preset's sweep over model=...
     assert (df["lossless_fraction"] == 1.0).all()
 
 

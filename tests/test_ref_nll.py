@@ -20,7 +20,7 @@ from specnoise.config import ASSETS_DIR, BenchmarkConfig, config_dir
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.kv import KVModel
 
-SHIPPED_SFT = ASSETS_DIR / "models" / "tiny-code-sft"
+SHIPPED_SFT = ASSETS_DIR / "models" / "small-code-sft"
 HUMANEVAL = str(ASSETS_DIR / "data" / "humaneval" / "HumanEval.jsonl.gz")
 
 
@@ -126,7 +126,7 @@ def test_results_carry_ref_nll_for_every_decoder(random_model, tmp_path, benchma
     assert all(math.isfinite(r["ref_nll"]) and r["ref_nll"] > 0 for r in per_prompt)
 
 
-@pytest.mark.skipif(not (SHIPPED_SFT / "config.json").is_file(), reason="shipped tiny-code-sft not present")
+@pytest.mark.skipif(not (SHIPPED_SFT / "config.json").is_file(), reason="shipped small-code-sft not present")
 def test_a_trained_code_model_predicts_humaneval_solutions_better_than_a_random_one():
     """The shipped SFT model against a random model of the same shape and tokenizer, on the same prompts."""
     tok = AutoTokenizer.from_pretrained(SHIPPED_SFT)

@@ -88,7 +88,7 @@ def test_results_files_and_their_meanings(models, prompt_file, tmp_path, capsys)
     rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
     assert set(rows) == {("ar", "code"), ("ar", "prose"), ("ar", "all")}
     every = rows[("ar", "all")]
-    assert every["prompts"] == 4 and every["turns"] == 5 and every["model"] == "tiny-code-msn"
+    assert every["prompts"] == 4 and every["turns"] == 5 and every["model"] == "small-code-msn"
     assert every["draft"] is None and every["benchmark"] == "jsonl" and every["max_new_tokens"] == 8
     assert every["speedup"] == 1.0 and every["lossless_fraction"] == 1.0 and every["sb_speedup"] == 1.0
     assert every["task_score"] is None and every["score_metric"] is None  # jsonl has no scorer

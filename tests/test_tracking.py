@@ -53,7 +53,7 @@ def test_none_and_disabled_are_no_ops(tmp_path):
 
 def test_tags():
     conf, _ = composed("decoder=jacobi", "decoders=[pld]", "benchmark=humaneval", "logger.tags=[mine]")
-    assert run_tags(conf) == ["decoder:jacobi", "model:tiny-code-msn", "benchmark:humaneval", "decoder:pld", "mine"]
+    assert run_tags(conf) == ["decoder:jacobi", "model:small-code-msn", "benchmark:humaneval", "decoder:pld", "mine"]
 
 
 def test_offline_run_is_written_under_the_run_dir(no_key, tmp_path):

@@ -56,7 +56,7 @@ def run(tmp_path, overrides: list[str], run_dir: str = "run"):
 
 
 def fine_tune(stage, base, sft_file, *extra):
-    return [f"train={stage}", "model=tiny-code", f"model.path={base}", "data=jsonl", f"data.path={sft_file}",
+    return [f"train={stage}", "model=small-code", f"model.path={base}", "data=jsonl", f"data.path={sft_file}",
             "train.per_device_batch_size=4", "train.max_seq_len=64", "train.eval_samples=4", *extra]
 
 

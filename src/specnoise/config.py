@@ -50,7 +50,7 @@ def config_dir() -> Path:
     raise FileNotFoundError("specnoise configs not found (expected conf/config.yaml next to the package)")
 
 
-# `${asset:models/tiny-code}` -> absolute path inside the package, so shipped models and data resolve the
+# `${asset:models/small-code}` -> absolute path inside the package, so shipped models and data resolve the
 # same from a clone, an editable install or a wheel.
 if not OmegaConf.has_resolver("asset"):
     OmegaConf.register_new_resolver("asset", lambda rel: str(ASSETS_DIR / rel))
