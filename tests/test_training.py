@@ -63,7 +63,9 @@ def fine_tune(stage, base, sft_file, *extra):
 def loads(folder):
     model = AutoModelForCausalLM.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    assert tokenizer.eos_token_id is not None and model.generation_config.eos_token_id == tokenizer.eos_token_id
+    # transformers 5.17's Trainer saves the generation config's EOS as a one-element list, 5.23 as an int
+    assert tokenizer.eos_token_id is not None
+    assert model.generation_config.eos_token_id in (tokenizer.eos_token_id, [tokenizer.eos_token_id])
     out = model.generate(torch.tensor([tokenizer("def f(")["input_ids"]]), max_new_tokens=3, do_sample=False)
     assert out.shape[1] >= 4
     return model

@@ -58,6 +58,7 @@ if not OmegaConf.has_resolver("asset"):
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 ATTN = ("sdpa", "eager")
+SDPA_BACKENDS = ("flash", "efficient", "math", "cudnn")
 TEMPLATES = ("raw", "chat", "alpaca", "vicuna", "llama2-chat", "deepseek-coder", "code-instruct")
 
 
@@ -72,6 +73,8 @@ class ModelConfig:
     template: str = "raw"  # prompt template (data/templates.py); "chat" = tokenizer.apply_chat_template
     revision: str | None = None
     trust_remote_code: bool = False
+    # SDPA kernels allowed (numerics.py); math is always the fallback; [] = torch's own choice
+    sdpa_backends: list[str] = field(default_factory=lambda: ["flash", "efficient", "math"])
 
     def __post_init__(self) -> None:
         self._check("model")
@@ -81,6 +84,8 @@ class ModelConfig:
         one_of(self.device, f"{key}.device", DEVICES)
         one_of(self.attn_implementation, f"{key}.attn_implementation", ATTN)
         one_of(self.template, f"{key}.template", TEMPLATES)
+        for backend in self.sdpa_backends:
+            one_of(backend, f"{key}.sdpa_backends[]", SDPA_BACKENDS)
 
 
 @dataclass
@@ -369,6 +374,7 @@ class BenchmarkConfig:
     exec_memory_mb: int = 1024  # address-space limit per executed completion (pass_at_1)
     max_prompt_tokens: int | None = None  # None: the model's context minus max_new_tokens; longer: skipped
     threads: int | None = None  # torch intra-op threads while benchmarking (None: torch's default)
+    strict_numerics: bool = False  # math-only attention, full-precision reductions for AR and every decoder
 
     def __post_init__(self) -> None:
         check(self.limit is None or self.limit >= 1, "benchmark.limit", f"got {self.limit}, must be >= 1")

@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specnoise.config import ModelConfig, UserError
+from specnoise.numerics import use_numerics
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -87,6 +88,7 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
             f"Without network access download it elsewhere and set {role}.path=/local/copy"
         ) from err
     model.to(device).eval()
+    use_numerics(model, backends=cfg.sdpa_backends)
     return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template)
 
 

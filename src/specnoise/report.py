@@ -30,9 +30,10 @@ log = logging.getLogger("specnoise.report")
 
 ROW_KEYS = ("decoder", "model", "draft", "benchmark", "category")
 METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_accepted_tokens", "tokens_per_second",
-           "ar_tokens_per_second", "speedup", "lossless_fraction", "task_score", "score_metric", "ref_nll")
+           "ar_tokens_per_second", "speedup", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric",
+           "ref_nll")
 TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup",
-                 "lossless_fraction", "task_score", "ref_nll")
+                 "lossless_fraction", "mismatch_fraction", "task_score", "ref_nll")
 GROUP_KEYS = ("model", "draft", "benchmark")  # row fields that tell jobs apart before any override does
 ROW_FIELDS = frozenset(ROW_KEYS + METRICS)
 TRAIN_KEYS = ("stage", "steps", "train_loss", "heldout_loss", "train_seconds", "parameters")  # train_results.json

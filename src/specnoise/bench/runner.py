@@ -34,6 +34,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from specnoise.bench.audit import audit_divergences, audit_fields, first_divergence, mismatch_fraction
 from specnoise.bench.datasets import Sample, dialogue_text, load_benchmark
 from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
@@ -43,12 +44,13 @@ from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decode
 from specnoise.decoding.kv import self_test
 from specnoise.files import write_atomic
 from specnoise.models import check_same_tokenizer, load_model
+from specnoise.numerics import describe, use_numerics
 from specnoise.tracking import start_run
 
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
 TABLE_COLUMNS = ["decoder", "category", "prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second",
-                 "speedup", "lossless_fraction", "task_score", "score_metric", "ref_nll"]
+                 "speedup", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric", "ref_nll"]
 
 
 @dataclass
@@ -72,6 +74,7 @@ class Measured:
     answers: dict[tuple[str, str], Answer] = field(default_factory=dict)  # (decoder, sample id) -> last answer
     scores: dict[tuple[str, str], dict | None] = field(default_factory=dict)
     refs: dict[str, RefNLL] = field(default_factory=dict)  # sample id -> NLL of its reference (model only)
+    audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
 
     def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
         return [t.out.tokens for t in self.runs[decoder][sample.id]]
@@ -110,12 +113,6 @@ def completion_text(tokenizer, prompt: list[int], new: list[int]) -> str:
     return full[len(head):] if full.startswith(head) else tokenizer.decode(new, skip_special_tokens=True)
 
 
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    if a == b:
-        return None
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
 # ------------------------------------------------------------------------------------------ the run
 def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str | None = None) -> Path:
     """Benchmark ``conf.decoder`` (and ``conf.decoders``) against AR; returns the path of results.json."""
@@ -132,6 +129,7 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
     if draft is not None:
         check_same_tokenizer(target, draft)
     for loaded in filter(None, (target, draft)):
+        use_numerics(loaded.model, strict=bench.strict_numerics)
         self_test(loaded.model)
     decoders = {c.name: build_decoder(c, target, draft) for c in configs}
     budget = conf.decoder.max_new_tokens or bench.max_new_tokens
@@ -185,6 +183,7 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
         log.info("scoring %d answers (identical answers once)", len(m.answers))
     m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), bench)))
     m.refs = reference_nlls(target.model, tokenizer, kept, lambda s: dialogue_text(s, template, [], tokenizer))
+    m.audits = audit_divergences(runs, target.model) if m.lossless else {}  # after timing: one forward each
     rows, per_prompt = summary_rows(m), prompt_rows(m)
     results = {
         "config": OmegaConf.to_container(cfg, resolve=True),
@@ -194,6 +193,7 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
                  "model_path": target.path, "device": str(target.device), "dtype": str(target.model.dtype),
                  "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__},
     }
+    results["meta"].update(describe(target.model))  # attention backends, strict numerics, device, versions
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "results.json"
     write_atomic(run_dir / "per_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in per_prompt))
@@ -231,6 +231,7 @@ def prompt_rows(m: Measured) -> list[dict]:
                     "seconds": t.out.seconds, "accepted": t.out.accepted,
                     "identical_to_ar": t.out.tokens == ar_tokens if m.lossless else None,
                     "first_divergence": first_divergence(t.out.tokens, ar_tokens) if m.lossless else None,
+                    **audit_fields(m.audits.get((name, s.id, k))),
                     "output": t.text,
                     "score": score["score"] if score else None,
                     "score_detail": {key: v for key, v in score.items() if key != "score"} if score else None,
@@ -275,6 +276,7 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "ar_new_tokens": ar_tokens, "ar_seconds": ar_seconds, "ar_tokens_per_second": ar_tokens / max(ar_seconds, 1e-9),
         "speedup": 1.0 if name == "ar" else ar_seconds / max(seconds, 1e-9),
         "lossless_fraction": sum(same) / len(same) if m.lossless else None,
+        "mismatch_fraction": mismatch_fraction(m.audits, name, [s.id for s in group]) if m.lossless else None,
         "task_score": score, "score_metric": metric, **{f"score_{k}": v for k, v in details.items()},
         **row_ref_nll(m.refs, group),
         "sb_tokens_per_second": sb_speed, "sb_ar_tokens_per_second": sb_ar_speed,

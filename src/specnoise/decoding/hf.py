@@ -15,6 +15,7 @@ from transformers.generation.streamers import BaseStreamer
 from specnoise.config import UserError
 from specnoise.decoding.base import Decoder, Output
 from specnoise.decoding.kv import KVModel
+from specnoise.numerics import numerics
 
 # generate() fills every field left None from the model's own generation_config, so the knobs that change
 # greedy choices are pinned to neutral values: the peers must stay the plain greedy oracle
@@ -66,8 +67,9 @@ class HFGreedy(Decoder):
         blocks = _Blocks()
         hooks = [_count_forwards(kv) for kv in (self.target, self.draft) if kv is not None]
         try:
-            model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=blocks,
-                           **self.models())
+            with numerics(model):  # the same attention-backend policy as our engine's calls
+                model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=blocks,
+                               **self.models())
         finally:
             for hook in hooks:
                 hook.remove()

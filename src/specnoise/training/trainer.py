@@ -8,6 +8,7 @@ collator's noise counts go into every log line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -99,6 +100,12 @@ def open_tracker(conf: Config, cfg: DictConfig, run_dir: Path):
     return tracker, ["wandb"] if tracker.mode != "disabled" else "none"
 
 
+# transformers 5.23 renamed gradient_checkpointing (a deprecated alias there) to activation_checkpointing;
+# 5.17 knows only the old name
+CHECKPOINTING = next(name for name in ("activation_checkpointing", "gradient_checkpointing")
+                     if name in {f.name for f in dataclasses.fields(TrainingArguments)})
+
+
 def training_args(conf: Config, run_dir: Path, report_to, has_eval: bool) -> TrainingArguments:
     t = conf.train
     return TrainingArguments(
@@ -124,7 +131,7 @@ def training_args(conf: Config, run_dir: Path, report_to, has_eval: bool) -> Tra
         report_to=report_to,
         remove_unused_columns=False,  # the collator needs prompt_len
         dataloader_num_workers=t.num_workers,
-        activation_checkpointing=t.gradient_checkpointing,
+        **{CHECKPOINTING: t.gradient_checkpointing},
         include_num_input_tokens_seen="non_padding",
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=False,
