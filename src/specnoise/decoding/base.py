@@ -27,6 +27,7 @@ class DecodeOutput:
     draft_forwards: int = 0
     accepted: list[int] = field(default_factory=list)  # tokens emitted by each target forward that emitted
     seconds: float = 0.0
+    host_reads: int = 0  # device-to-host reads (``Decoder.to_host``), draft loop included
 
     @property
     def mean_accepted(self) -> float:
@@ -84,6 +85,13 @@ class Decoder:
         self.target = KVModel(target.model)
         self.draft = KVModel(draft.model) if draft is not None and self.needs_draft else None
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.host_reads = 0
+
+    def to_host(self, tensor: torch.Tensor) -> list | int | float:
+        """The one way a decoder reads device values: each call is a host-device sync on a GPU, so a step
+        gathers what it needs (argmaxes, top-k, sampled tokens) into one tensor and reads it once."""
+        self.host_reads += 1
+        return tensor.tolist()
 
     def decode(self, prompt: list[int], out: Output) -> None:
         raise NotImplementedError
@@ -94,7 +102,7 @@ class Decoder:
         and the predictions ``y`` (``y[j]`` follows draft slot j-1). Only accepted slots stay cached: the bonus
         token's KV is not computed yet, so it is the next step's ``pending``."""
         start = self.target.length + len(pending)
-        y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()
+        y = self.to_host(self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1))
         block = greedy_accept(draft, y)
         self.target.crop(start + len(block) - 1)
         return block, y
@@ -113,6 +121,7 @@ class Decoder:
             )
         out = Output(self.eos_ids, max_new_tokens)
         self.target.reset()
+        self.host_reads = 0
         if self.draft is not None:
             self.draft.reset()
         _sync(self.target.device)
@@ -127,6 +136,7 @@ class Decoder:
             draft_forwards=self.draft.forwards if self.draft is not None else 0,
             accepted=out.accepted,
             seconds=seconds,
+            host_reads=self.host_reads,
         )
 
 

@@ -14,11 +14,13 @@ a score-0 retrieval still returns tokens, and the first step has no retrieval.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from specnoise.decoding.base import Decoder, Output
 from specnoise.decoding.ngram import ahead_noise
-from specnoise.decoding.trees import build_tree, with_prefix
+from specnoise.decoding.trees import Tree, build_tree, with_prefix
 
 
 def retrieve(seq: list[int], n: int, length: int, faithful: bool = False) -> list[int]:
@@ -64,6 +66,20 @@ def best_path(paths: list[list[int]], right: list[bool]) -> tuple[list[int], int
     return best, accepted
 
 
+def cut(tree: Tree, depth: int) -> Tree:
+    """``tree`` without its nodes deeper than ``depth``. Near the budget they could never be emitted (a step emits
+    the accepted nodes plus one token), and their positions could run past a learned-position model's context.
+    Ancestors are shallower than their descendants, so what is left is still a tree over the same matrix C."""
+    keep = [0] + [i for i, node in enumerate(tree.nodes, start=1) if len(node) <= depth]
+    new = {old: i for i, old in enumerate(keep)}
+    idx = torch.tensor(keep, device=tree.mask.device)
+    paths = dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths)  # cut paths may repeat
+    cell = [tree.cell[i - 1] for i in keep[1:]]
+    return dataclasses.replace(tree, nodes=[tree.nodes[i - 1] for i in keep[1:]], depth=tree.depth[idx],
+                               mask=tree.mask[idx][:, idx], parent=[new[tree.parent[i]] for i in keep],
+                               paths=[list(p) for p in paths], cell=cell, used=sorted(set(cell)))
+
+
 class TRJacobi(Decoder):
     name = "tr_jacobi"
 
@@ -71,14 +87,24 @@ class TRJacobi(Decoder):
         super().__init__(cfg, target, draft)
         self.R = cfg.retrieval_len if cfg.retrieval else 0
         self.tree = build_tree(cfg.tree, cfg.topk, self.R, device=self.target.device)
+        self.cut_trees: dict[int, Tree] = {}  # by depth, for the last steps before the budget
+
+    def tree_for(self, budget: int) -> Tree:
+        """The tree for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut."""
+        if budget - 1 >= self.tree.rows:
+            return self.tree
+        if budget - 1 not in self.cut_trees:
+            self.cut_trees[budget - 1] = cut(self.tree, budget - 1)
+        return self.cut_trees[budget - 1]
 
     def decode(self, prompt: list[int], out: Output) -> None:
-        tree, K, faithful = self.tree, self.cfg.topk, self.cfg.faithful
+        K, faithful = self.cfg.topk, self.cfg.faithful
         seq = list(prompt)  # accepted context
         pending = list(prompt)  # accepted tokens without KV yet, root last; the first step is fused with prefill
-        C: list[int | None] = [None] * (tree.rows * tree.width)  # candidate matrix, flat; None = empty
+        C: list[int | None] = [None] * (self.tree.rows * self.tree.width)  # candidate matrix, flat; None = empty
         first = True
         while True:
+            tree = self.tree_for(out.budget - len(out.tokens))
             if self.R and not (faithful and first):
                 for d, token in enumerate(retrieve(seq, self.cfg.retrieval_ngram, self.R, faithful)):
                     C[d * tree.width + K] = token
@@ -92,7 +118,10 @@ class TRJacobi(Decoder):
             if m > 1:
                 positions = torch.cat([torch.arange(P, P + m - 1, device=positions.device), positions])
             logits = self.target.forward(pending + nodes, positions, with_prefix(tree.mask, m - 1), last=len(nodes) + 1)
-            y = logits.argmax(-1).tolist()  # y[i]: prediction after input i (root = 0, node i = i)
+            # y[i]: prediction after input i (root = 0, node i = i); top[i]: its top-k, the next step's candidates
+            k = min(K, logits.shape[-1])
+            read = self.to_host(torch.cat([logits.argmax(-1, keepdim=True), logits.topk(k, dim=-1).indices], dim=1))
+            y, top = [r[0] for r in read], [r[1:] for r in read]
             tokens = [pending[-1]] + nodes
             right = [False] + [tokens[i] == y[tree.parent[i]] for i in range(1, len(tokens))]
             path, a = best_path(tree.paths, right)
@@ -110,7 +139,5 @@ class TRJacobi(Decoder):
             # (faithful: paths padded with the root to full depth, as MSN's code does)
             C = [None] * (tree.rows * tree.width)
             slots = (path + [0] * tree.rows)[a + 1:tree.rows + 1] if faithful else path[a + 1:]
-            if slots:
-                k = min(K, logits.shape[-1])
-                for d, row in enumerate(logits[slots].topk(k, dim=-1).indices.tolist()):
-                    C[d * tree.width:d * tree.width + k] = row
+            for d, slot in enumerate(slots):
+                C[d * tree.width:d * tree.width + k] = top[slot]
