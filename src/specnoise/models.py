@@ -62,8 +62,8 @@ def eos_set(tokenizer, model) -> frozenset[int]:
     return frozenset(ids)
 
 
-def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -> LoadedModel:
-    """Load ``path`` (default ``cfg.path``); errors say what was looked for and how to point elsewhere."""
+def load_tokenizer(cfg: ModelConfig, path: str | None = None, role: str = "model") -> PreTrainedTokenizerBase:
+    """The tokenizer alone: seconds, where the weights may take minutes (training checks its data first)."""
     path = str(path or cfg.path)
     if is_local(path):
         folder = Path(path).expanduser()
@@ -72,9 +72,25 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
                 f"{role}={cfg.name}: no model at {folder} (expected a save_pretrained folder with config.json); "
                 f"set {role}.path=/path/to/model"
             )
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    except OSError as err:
+        raise unreachable(cfg, path, role, err) from err
+
+
+def unreachable(cfg: ModelConfig, path: str, role: str, err: OSError) -> UserError:
+    return UserError(
+        f"{role}={cfg.name}: could not load {path!r} ({err.__class__.__name__}: {str(err).splitlines()[0]}). "
+        f"Without network access download it elsewhere and set {role}.path=/local/copy"
+    )
+
+
+def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -> LoadedModel:
+    """Load ``path`` (default ``cfg.path``); errors say what was looked for and how to point elsewhere."""
+    path = str(path or cfg.path)
+    tokenizer = load_tokenizer(cfg, path, role)
     device = resolve_device(cfg.device)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
             path,
             revision=cfg.revision,
@@ -83,10 +99,7 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
             trust_remote_code=cfg.trust_remote_code,
         )
     except OSError as err:
-        raise UserError(
-            f"{role}={cfg.name}: could not load {path!r} ({err.__class__.__name__}: {str(err).splitlines()[0]}). "
-            f"Without network access download it elsewhere and set {role}.path=/local/copy"
-        ) from err
+        raise unreachable(cfg, path, role, err) from err
     model.to(device).eval()
     use_numerics(model, backends=cfg.sdpa_backends)
     return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template)

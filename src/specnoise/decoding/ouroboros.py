@@ -77,7 +77,7 @@ class Ouroboros(Decoder):
         return (lambda at, candidates: decided[at]), y
 
     def decode(self, prompt: list[int], out: Output) -> None:
-        cfg, M = self.cfg, self.cfg.beta
+        cfg, M = self.cfg, self.cfg.phrase_len
         check_draft_context(self.draft, prompt, out)
         if not cfg.reuse_history:
             self.pool.clear()
@@ -135,7 +135,7 @@ class Ouroboros(Decoder):
         """Feed the pool from verification (greedy predictions, also under sampling: the pool only guesses).
 
         y: argmax per logits row (row 0 predicts d[0]); d_nodes / phrase_nodes: their rows; accepted: tokens kept."""
-        M, how = self.cfg.beta, self.cfg.harvest
+        M, how = self.cfg.phrase_len, self.cfg.harvest
         phrase_preds = [[y[i] for i in nodes] for nodes in phrase_nodes]
         if accepted < len(d):  # draft rejected: its tail still shows what the target continues with
             if how == "paper":

@@ -4,6 +4,10 @@ Trainer brings accelerate (DDP / FSDP / DeepSpeed via ``accelerate launch --conf
 checkpoints and resume, progress bars, and rank-0-only wandb logging and saving. Two additions:
 held-out losses use the clean collator (MSN and SFT are compared on the same noiseless inputs), and the
 collator's noise counts go into every log line.
+
+Resume (``train.resume=true`` in the killed run's directory) continues the checkpoints, the same wandb run
+(its id is kept in the run directory), and keeps the first start's ``.hydra/overrides.yaml``, which Hydra
+rewrites at every start and the report reads the job's settings from.
 """
 
 from __future__ import annotations
@@ -53,9 +57,19 @@ class TimeBudget(TrainerCallback):
             control.should_training_stop = True
 
 
+class FinalEvalOnce(TrainerCallback):
+    """Trainer evaluates after the last step by itself; ``fit`` evaluates the final (saved) weights anyway,
+    so the held-out set is evaluated once at the end, not twice."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_training_stop or state.global_step >= state.max_steps:
+            control.should_evaluate = False
+
+
 class SpecnoiseTrainer(Trainer):
     def __init__(self, *args, eval_collator: Collator | None = None, budget: TimeBudget | None = None, **kwargs):
-        super().__init__(*args, callbacks=[budget] if budget else None, **kwargs)
+        # FinalEvalOnce after the budget: both run after DefaultFlowCallback, and it reads their decision to stop
+        super().__init__(*args, callbacks=[c for c in (budget, FinalEvalOnce()) if c], **kwargs)
         self.eval_collator, self.budget = eval_collator, budget
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
@@ -78,6 +92,26 @@ class SpecnoiseTrainer(Trainer):
         super().log(logs, *args, **kwargs)
 
 
+def on_main_process() -> bool:
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
+def keep_first_overrides(run_dir: Path, resume: bool) -> None:
+    """A first start saves ``.hydra/overrides.yaml`` as ``overrides.first.yaml``; a resumed start (whose
+    command Hydra has just written there) puts the first back and keeps its own as ``overrides.resume.yaml``."""
+    hydra_dir = run_dir / ".hydra"
+    current, first = hydra_dir / "overrides.yaml", hydra_dir / "overrides.first.yaml"
+    if not current.is_file():  # not started by Hydra's app (tests, notebooks)
+        return
+    if not resume:
+        shutil.copyfile(current, first)
+    elif first.is_file():
+        shutil.copyfile(current, hydra_dir / "overrides.resume.yaml")
+        shutil.copyfile(first, current)
+
+
 def agree_on_run_dir(run_dir: Path) -> Path:
     """Every rank composes its own timestamped Hydra directory: take rank 0's so all write to one place."""
     from accelerate import PartialState
@@ -92,11 +126,9 @@ def agree_on_run_dir(run_dir: Path) -> Path:
 def open_tracker(conf: Config, cfg: DictConfig, run_dir: Path):
     """(tracker, Trainer's report_to): rank 0 opens the job's wandb run (specnoise.tracking), and Trainer's
     wandb callback logs the loss curves into it; the other ranks log nothing."""
-    from accelerate import PartialState
-
-    if not PartialState().is_main_process:
+    if not on_main_process():
         return Tracker(), "none"
-    tracker = start_run(conf, cfg, run_dir, job_type="train")
+    tracker = start_run(conf, cfg, run_dir, job_type="train", resume=conf.train.resume)
     return tracker, ["wandb"] if tracker.mode != "disabled" else "none"
 
 
