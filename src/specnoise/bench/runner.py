@@ -158,6 +158,7 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
                         f"{context} minus max_new_tokens={budget}, or benchmark.max_prompt_tokens): lower "
                         "max_new_tokens, raise benchmark.max_prompt_tokens or use a model with a longer context")
 
+    # ---- measure: samples finished by an earlier attempt in this run_dir are read back, the others run
     names = list(decoders)  # "ar" first
     run_dir.mkdir(parents=True, exist_ok=True)
     prompt_log = PromptLog(run_dir, cfg, names)  # refuses to continue a run with other settings
@@ -186,12 +187,9 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
             prompt_log.append(sample_rows(m, sample))
     wall = time.time() - started
 
+    # ---- results of the finished samples (all of them, unless a signal stopped the loop)
     m.samples = [s for s in kept if s.id in m.runs["ar"]]
-    m.answers = {(n, s.id): Answer(s, m.runs[n][s.id][-1].text, sum(map(len, m.tokens(n, s))))
-                 for n in names for s in m.samples}
-    if any(s.scorer != "none" for s in m.samples):
-        log.info("scoring %d answers (identical answers once)", len(m.answers))
-    m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), bench))) if m.answers else {}
+    score(m)
     rows, per_prompt = summary_rows(m) if m.samples else [], prompt_rows(m)
     results = {
         "config": OmegaConf.to_container(cfg, resolve=True),
@@ -215,6 +213,15 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
     log.info("results: %s", path)
     track(conf, cfg, run_dir, table, pd.DataFrame(per_prompt))
     return path
+
+
+def score(m: Measured) -> None:
+    """Each decoder's final answer to each sample, and its task score."""
+    m.answers = {(n, s.id): Answer(s, m.runs[n][s.id][-1].text, sum(map(len, m.tokens(n, s))))
+                 for n in m.runs for s in m.samples}
+    if any(s.scorer != "none" for s in m.samples):
+        log.info("scoring %d answers (identical answers once)", len(m.answers))
+    m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), m.conf.benchmark))) if m.answers else {}
 
 
 def run_sample(sample: Sample, decoders: dict[str, Decoder], order: list[str], budget: int, limit: int, encode,
