@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 
 from specnoise.config import ReportConfig, UserError
-from specnoise.report import build_report, collect
+from specnoise.report import build_report, collect, find_jobs
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -155,3 +156,33 @@ def test_jobs_without_a_draft_stay_in_the_category_tables(tmp_path):
     assert set(df["draft"]) == {"none", "small-code-draft"}
     by_category = (tmp_path / "out" / "report.md").read_text().split("## speedup by category")[1].split("##")[0]
     assert by_category.count("| pld ") == 2  # one row per job, the draft-less one included
+
+
+def test_report_of_a_folder_that_already_holds_a_report(tmp_path):
+    sweep = gamma_sweep(tmp_path / "sweep")
+    write_job(sweep / "report", ["task=report", f"report.runs=[{sweep}]"])  # a task=report run kept inside it
+    old = os.umask(0o022)
+    try:
+        build_report([sweep], sweep / "report")  # used to fail sorting the folders 0, 1, 2, report
+    finally:
+        os.umask(old)
+    df, jobs = collect([sweep])
+    assert [j.path.name for j in jobs] == ["0", "1", "2"]
+    for name in ("report.md", "report.csv", "decoders.png"):  # the umask's mode, not mkstemp's 0600
+        assert (sweep / "report" / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_natural_order_of_job_folders(tmp_path):
+    for name in ("10", "2", "report", "1"):
+        write_job(tmp_path / name, ["decoder=pld"], [result_row("ar")])
+    assert [p.name for p in find_jobs([tmp_path])] == ["1", "2", "10", "report"]
+
+
+def test_an_interrupted_job_is_listed_as_incomplete(tmp_path):
+    job = write_job(tmp_path / "0", ["decoder=pld"])
+    (job / "results.json").write_text(json.dumps({"rows": [result_row("ar"), result_row("pld", speedup=1.2)],
+                                                  "complete": False, "interrupted": "SIGTERM",
+                                                  "progress": {"prompts": 3, "of": 10, "resumed": 0}}))
+    build_report([tmp_path], tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Incomplete jobs" in text and "stopped by SIGTERM after 3 of 10 prompts" in text
