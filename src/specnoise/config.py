@@ -72,6 +72,8 @@ class ModelConfig:
     template: str = "raw"  # prompt template (data/templates.py); "chat" = tokenizer.apply_chat_template
     revision: str | None = None
     trust_remote_code: bool = False
+    static_cache: Any = "auto"  # true | false | auto (on CUDA or when compiling): decoders' static-cache engine
+    compile: bool = False  # torch.compile the static engine's fixed-shape forwards (CUDA graphs on CUDA)
 
     def __post_init__(self) -> None:
         self._check("model")
@@ -81,6 +83,9 @@ class ModelConfig:
         one_of(self.device, f"{key}.device", DEVICES)
         one_of(self.attn_implementation, f"{key}.attn_implementation", ATTN)
         one_of(self.template, f"{key}.template", TEMPLATES)
+        one_of(self.static_cache, f"{key}.static_cache", (True, False, "auto"))
+        check(not (self.compile and self.static_cache is False), f"{key}.compile",
+              f"compiling needs fixed shapes: set {key}.static_cache=true (or auto), or {key}.compile=false")
 
 
 @dataclass
@@ -314,6 +319,11 @@ class HFGreedyConfig(DecoderConfig):
 
 
 @dataclass
+class HFStaticConfig(DecoderConfig):
+    name: str = "hf_static"  # generate() greedy with a static cache (compiled on CUDA): the fastest stock AR
+
+
+@dataclass
 class HFPLDConfig(DecoderConfig):
     name: str = "hf_pld"
     prompt_lookup_num_tokens: int = 10
@@ -340,7 +350,7 @@ class HFAssistedConfig(DecoderConfig):
 DECODER_SCHEMAS: dict[str, type[DecoderConfig]] = {
     c().name: c
     for c in (ARConfig, JacobiConfig, TRJacobiConfig, PLDConfig, LookaheadConfig, SpeculativeConfig,
-              OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig)
+              OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig, HFStaticConfig)
 }
 
 

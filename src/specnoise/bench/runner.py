@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from specnoise.bench.datasets import Sample, dialogue_text, load_benchmark
+from specnoise.bench.engines import add_speedup_vs_best_ar, engine_meta
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
 from specnoise.config import ARConfig, Config, DecoderConfig, UserError, config_dir
 from specnoise.data.templates import encode_prompt
@@ -182,14 +183,15 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
     if any(s.scorer != "none" for s in kept):
         log.info("scoring %d answers (identical answers once)", len(m.answers))
     m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), bench)))
-    rows, per_prompt = summary_rows(m), prompt_rows(m)
+    rows, per_prompt = add_speedup_vs_best_ar(summary_rows(m)), prompt_rows(m)
     results = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "rows": rows,
         "skipped": {"prompts": len(skipped), "ids": skipped, "turns": skipped_turns, "max_prompt_tokens": limit},
         "meta": {"max_new_tokens": budget, "template": template, "warmup": bench.warmup, "wall_seconds": wall,
                  "model_path": target.path, "device": str(target.device), "dtype": str(target.model.dtype),
-                 "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__},
+                 "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
+                 **engine_meta(decoders.values())},
     }
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "results.json"
