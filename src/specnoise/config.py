@@ -75,6 +75,8 @@ class ModelConfig:
     trust_remote_code: bool = False
     # SDPA kernels allowed (numerics.py); math is always the fallback; [] = torch's own choice
     sdpa_backends: list[str] = field(default_factory=lambda: ["flash", "efficient", "math"])
+    static_cache: Any = "auto"  # true | false | auto (on CUDA or when compiling): decoders' static-cache engine
+    compile: bool = False  # torch.compile the static engine's fixed-shape forwards (CUDA graphs on CUDA)
 
     def __post_init__(self) -> None:
         self._check("model")
@@ -86,6 +88,9 @@ class ModelConfig:
         one_of(self.template, f"{key}.template", TEMPLATES)
         for backend in self.sdpa_backends:
             one_of(backend, f"{key}.sdpa_backends[]", SDPA_BACKENDS)
+        one_of(self.static_cache, f"{key}.static_cache", (True, False, "auto"))
+        check(not (self.compile and self.static_cache is False), f"{key}.compile",
+              f"compiling needs fixed shapes: set {key}.static_cache=true (or auto), or {key}.compile=false")
 
 
 @dataclass
@@ -351,6 +356,11 @@ class HFGreedyConfig(DecoderConfig):
 
 
 @dataclass
+class HFStaticConfig(DecoderConfig):
+    name: str = "hf_static"  # generate() greedy with a static cache (compiled on CUDA): the fastest stock AR
+
+
+@dataclass
 class HFPLDConfig(DecoderConfig):
     name: str = "hf_pld"
     prompt_lookup_num_tokens: int = 10
@@ -377,7 +387,7 @@ class HFAssistedConfig(DecoderConfig):
 DECODER_SCHEMAS: dict[str, type[DecoderConfig]] = {
     c.name: c  # the class default: no instance, whose checks may import modules that import this one
     for c in (ARConfig, JacobiConfig, TRJacobiConfig, PLDConfig, LookaheadConfig, SpeculativeConfig,
-              OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig)
+              OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig, HFStaticConfig)
 }
 
 

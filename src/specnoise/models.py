@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specnoise.config import ModelConfig, UserError
+from specnoise.decoding.static_kv import use_static_cache
 from specnoise.numerics import use_numerics
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -22,6 +23,9 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     eos_ids: frozenset[int]  # union of the tokenizer's and the generation config's EOS ids
     template: str
+    static_cache: bool = False  # decoders run on the static-cache engine (decoding/static_kv.py)
+    compile: bool = False  # ... with its fixed-shape forwards compiled
+    engines: dict = field(default_factory=dict, repr=False, compare=False)  # the shared static engine, once built
 
     @property
     def device(self) -> torch.device:
@@ -102,7 +106,8 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
         raise unreachable(cfg, path, role, err) from err
     model.to(device).eval()
     use_numerics(model, backends=cfg.sdpa_backends)
-    return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template)
+    return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template,
+                       static_cache=use_static_cache(cfg.static_cache, cfg.compile, device), compile=cfg.compile)
 
 
 def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:

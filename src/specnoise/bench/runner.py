@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from specnoise.bench.audit import audit_divergences, audit_fields, first_divergence, mismatch_fraction
 from specnoise.bench.datasets import Sample, dialogue_text, first_that_fit, load_samples
+from specnoise.bench.engines import add_speedup_vs_best_ar, engine_meta
 from specnoise.bench.progress import Interrupted, PromptLog, stop_on_signals
 from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
@@ -193,7 +194,7 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
     # after timing: the reference likelihood (model only) and, per divergent prompt, one forward of AR's prefix
     m.refs = reference_nlls(target.model, tokenizer, m.samples, lambda s: dialogue_text(s, template, [], tokenizer))
     m.audits = audit_divergences(m.runs, target.model) if m.lossless else {}
-    rows, per_prompt = summary_rows(m) if m.samples else [], prompt_rows(m)
+    rows, per_prompt = add_speedup_vs_best_ar(summary_rows(m)) if m.samples else [], prompt_rows(m)
     results = {
         "config": OmegaConf.to_container(cfg, resolve=True),
         "complete": not stop.signal, "interrupted": stop.signal,
@@ -203,7 +204,8 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
                     "turns": sum(len(s.turns) - len(m.runs["ar"][s.id]) for s in m.samples)},
         "meta": {"max_new_tokens": budget, "template": template, "warmup": bench.warmup, "wall_seconds": wall,
                  "model_path": target.path, "device": str(target.device), "dtype": str(target.model.dtype),
-                 "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__},
+                 "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
+                 **engine_meta(decoders.values())},
     }
     results["meta"].update(describe(target.model))  # attention backends, strict numerics, device, versions
     path = run_dir / "results.json"

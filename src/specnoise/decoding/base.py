@@ -1,10 +1,11 @@
 """The decoder interface and the output contract shared by every decoder.
 
-A decoder turns prompt token ids into new token ids. Each one is a small class over ``KVModel`` whose
-``decode`` reads like its pseudocode: prefill, then steps that each call ``out.emit(block)`` once per
-target forward. ``Output`` enforces the canonical greedy contract so no decoder re-implements it:
-tokens up to and including the first EOS-set token, or ``max_new_tokens`` tokens, whichever comes
-first, even when either falls inside an accepted draft.
+A decoder turns prompt token ids into new token ids. Each one is a small class over ``KVModel`` (or the
+static-cache engine with the same interface, ``model.static_cache``) whose ``decode`` reads like its
+pseudocode: prefill, then steps that each call ``out.emit(block)`` once per target forward. ``Output``
+enforces the canonical greedy contract so no decoder re-implements it: tokens up to and including the first
+EOS-set token, or ``max_new_tokens`` tokens, whichever comes first, even when either falls inside an
+accepted draft.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DecoderConfig, UserError
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.static_kv import kv_model
 
 
 @dataclass
@@ -82,8 +83,8 @@ class Decoder:
         if self.needs_draft and draft is None:
             raise UserError(f"decoder={self.name} needs a draft model: set draft=NAME or pair=NAME")
         self.eos_ids = target.eos_ids
-        self.target = KVModel(target.model)
-        self.draft = KVModel(draft.model) if draft is not None and self.needs_draft else None
+        self.target = kv_model(target)  # the dynamic or the static-cache engine (model.static_cache)
+        self.draft = kv_model(draft) if draft is not None and self.needs_draft else None
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.host_reads = 0
 
@@ -120,10 +121,10 @@ class Decoder:
                 f"of {self.target.max_length}: shorten the prompt or lower max_new_tokens"
             )
         out = Output(self.eos_ids, max_new_tokens)
-        self.target.reset()
+        for kv in filter(None, (self.target, self.draft)):
+            kv.reset()
+            kv.reserve(len(prompt) + max_new_tokens)  # a static cache is sized (and compiled) before the clock
         self.host_reads = 0
-        if self.draft is not None:
-            self.draft.reset()
         _sync(self.target.device)
         start = time.perf_counter()
         if not out.done:
@@ -157,6 +158,7 @@ DECODER_MODULES = {
     "hf_greedy": "specnoise.decoding.hf",
     "hf_pld": "specnoise.decoding.hf",
     "hf_assisted": "specnoise.decoding.hf",
+    "hf_static": "specnoise.decoding.hf",
 }
 
 

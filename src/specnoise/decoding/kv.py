@@ -47,6 +47,9 @@ class KVModel:
         self.cache = DynamicCache(config=self.model.config)
         self.forwards = 0
 
+    def reserve(self, n: int) -> None:
+        """A generation of up to ``n`` tokens follows (a dynamic cache grows as it goes)."""
+
     @property
     def length(self) -> int:
         return self.cache.get_seq_length()
