@@ -2,7 +2,8 @@
 
 One job = compose and check the config, then run its stages in order: train (if ``train`` is not
 ``none``), benchmark what was trained or the configured model (if ``benchmark`` is not ``none``), or,
-with neither, generate a completion of ``prompt``. ``task=report`` collects earlier runs instead.
+with neither, generate a completion of ``prompt``. ``task=report`` collects earlier runs instead;
+``task=forward_cost`` times one target forward of q new tokens.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def run(cfg: DictConfig) -> dict:
         from specnoise.report import run_report
 
         return {"report": str(run_report(conf, run_dir))}
+    if conf.task == "forward_cost":
+        from specnoise.bench.forward_cost import run_forward_cost
+
+        return {"forward_cost": str(run_forward_cost(conf, run_dir))}
 
     summary: dict = {}
     model_path = conf.model.path

@@ -189,7 +189,8 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
         "skipped": {"prompts": len(skipped), "ids": skipped, "turns": skipped_turns, "max_prompt_tokens": limit},
         "meta": {"max_new_tokens": budget, "template": template, "warmup": bench.warmup, "wall_seconds": wall,
                  "model_path": target.path, "device": str(target.device), "dtype": str(target.model.dtype),
-                 "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__},
+                 "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
+                 "decoders": {n: d.meta for n, d in decoders.items() if getattr(d, "meta", None)}},  # e.g. tree=auto
     }
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "results.json"

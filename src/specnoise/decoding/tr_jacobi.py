@@ -14,11 +14,15 @@ a score-0 retrieval still returns tokens, and the first step has no retrieval.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from specnoise.decoding.base import Decoder, Output
 from specnoise.decoding.ngram import ahead_noise
-from specnoise.decoding.trees import build_tree, with_prefix
+from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, best_size, build_tree, sub_tree, with_prefix
+
+log = logging.getLogger("specnoise")
 
 
 def retrieve(seq: list[int], n: int, length: int, faithful: bool = False) -> list[int]:
@@ -70,7 +74,12 @@ class TRJacobi(Decoder):
     def __init__(self, cfg, target, draft=None):
         super().__init__(cfg, target, draft)
         self.R = cfg.retrieval_len if cfg.retrieval else 0
-        self.tree = build_tree(cfg.tree, cfg.topk, self.R, device=self.target.device)
+        auto = cfg.tree == "auto"  # calibrate on the full template, then keep its best sub-tree (generate)
+        self.tree = build_tree(AUTO_TEMPLATE if auto else cfg.tree, cfg.topk, self.R, device=self.target.device)
+        self.stats = NodeStats(self.tree) if auto else None
+        self.calibrated = 0  # generations seen by the calibration
+        self.meta = {"tree": AUTO_TEMPLATE if auto else cfg.tree, "tree_nodes": len(self.tree.nodes),
+                     "retrieval_len": self.R}
 
     def decode(self, prompt: list[int], out: Output) -> None:
         tree, K, faithful = self.tree, self.cfg.topk, self.cfg.faithful
@@ -95,6 +104,8 @@ class TRJacobi(Decoder):
             y = logits.argmax(-1).tolist()  # y[i]: prediction after input i (root = 0, node i = i)
             tokens = [pending[-1]] + nodes
             right = [False] + [tokens[i] == y[tree.parent[i]] for i in range(1, len(tokens))]
+            if self.stats is not None:
+                self.stats.observe(right)
             path, a = best_path(tree.paths, right)
             block = [tokens[i] for i in path[1:a + 1]] + [y[path[a]]]  # accepted nodes + the bonus token
             out.emit(block)
@@ -114,3 +125,33 @@ class TRJacobi(Decoder):
                 k = min(K, logits.shape[-1])
                 for d, row in enumerate(logits[slots].topk(k, dim=-1).indices.tolist()):
                     C[d * tree.width:d * tree.width + k] = row
+
+    # ------------------------------------------------------------------------------------ tree=auto
+    def generate(self, prompt, max_new_tokens):
+        out = super().generate(prompt, max_new_tokens)
+        if self.stats is not None:
+            self.calibrated += 1
+            if self.calibrated >= self.cfg.calibrate:
+                self.pick_tree()
+        return out
+
+    def pick_tree(self) -> None:
+        """Keep the sub-tree with the most expected accepted tokens per second: per-node acceptance from the
+        calibration steps, the cost of a verify forward t(q) probed now on this engine (over the cache the last
+        generation left, untimed), a grid of sizes interpolated in between."""
+        from specnoise.bench.forward_cost import interpolate, measure_forward_costs
+
+        full = len(self.tree.nodes) + 1
+        grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
+        self.target.crop(self.target.max_length - full)  # room for the largest probe
+        cost = interpolate(measure_forward_costs(self.target, grid, repeats=7))
+        p = self.stats.p()
+        k = best_size(p, cost)
+        self.tree, self.R = sub_tree(self.tree, p, k, self.cfg.topk, self.R, device=self.target.device)
+        expected = 1 + sum(sorted(p, reverse=True)[:k])
+        self.meta = {"tree": f"auto({AUTO_TEMPLATE})", "tree_nodes": k, "retrieval_len": self.R,
+                     "expected_accepted": round(expected, 3), "calibration_steps": self.stats.steps,
+                     "speedup_bound": round(expected * cost(1) / cost(1 + k), 3)}  # ignores per-step overhead
+        log.info("tr_jacobi tree=auto: %d of %d nodes (retrieval chain %d), expected %.2f accepted tokens per step",
+                 k, full - 1, self.R, expected)
+        self.stats = None

@@ -59,12 +59,14 @@ def tree_names() -> str:
     return ", ".join(TEMPLATES)
 
 
-def build_tree(name: str, topk: int, retrieval_len: int = 0, device=None) -> Tree:
-    """The template ``name`` with a retrieval chain of ``retrieval_len`` nodes in column ``topk`` in front."""
-    if name not in TEMPLATES:
+def build_tree(name: str, topk: int, retrieval_len: int = 0, device=None,
+               template: list[tuple[int, ...]] | None = None) -> Tree:
+    """The template ``name`` (or the node list ``template``, e.g. a sub-tree picked by ``decoder.tree=auto``) with a
+    retrieval chain of ``retrieval_len`` nodes in column ``topk`` in front."""
+    if template is None and name not in TEMPLATES:
         raise UserError(f"unknown tree template {name!r}: set decoder.tree to one of {tree_names()}")
-    template = TEMPLATES[name]
-    widest = max(c for node in template for c in node) + 1
+    template = TEMPLATES[name] if template is None else template
+    widest = max((c for node in template for c in node), default=-1) + 1
     if widest > topk:
         raise UserError(f"tree {name!r} uses candidate ranks up to {widest - 1}: set decoder.topk >= {widest} "
                         "or pick a smaller tree")
@@ -104,3 +106,50 @@ def with_prefix(mask: torch.Tensor, n: int) -> torch.Tensor:
     keep[n:, :n] = True
     keep[n:, n:] = mask
     return keep
+
+
+# ------------------------------------------------------------------------- hardware-aware sizing (tree=auto)
+AUTO_TEMPLATE = "mc_sim_7b_63"  # decoder.tree=auto picks a sub-tree of this template (plus the retrieval chain)
+
+
+class NodeStats:
+    """How often each node's whole path (root -> node) was right, over the verify steps of one tree."""
+
+    def __init__(self, tree: Tree):
+        self.tree, self.steps, self.hits = tree, 0, [0] * len(tree.nodes)
+
+    def observe(self, right: list[bool]) -> None:
+        """``right[i]``: input i's token equals the target's prediction after its parent (root: index 0)."""
+        ok = [True] + [False] * len(self.tree.nodes)
+        for i in range(1, len(ok)):  # parents come before children
+            ok[i] = right[i] and ok[self.tree.parent[i]]
+            self.hits[i - 1] += ok[i]
+        self.steps += 1
+
+    def p(self) -> list[float]:
+        return [h / max(self.steps, 1) for h in self.hits]
+
+
+def best_size(p: list[float], cost) -> int:
+    """The node count k >= 1 maximising expected accepted tokens per second, (1 + sum of the k largest p) / cost(1 + k).
+
+    ``cost(q)``: seconds of one verify forward of q tokens (the root and k nodes)."""
+    best_k, best_rate, gain = 1, float("-inf"), 1.0
+    for k, pk in enumerate(sorted(p, reverse=True), start=1):
+        gain += pk
+        rate = gain / cost(1 + k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+def sub_tree(tree: Tree, p: list[float], k: int, topk: int, retrieval_len: int, device=None) -> tuple[Tree, int]:
+    """The ``k`` nodes of ``tree`` (built with a retrieval chain of ``retrieval_len``) most often on a right path.
+
+    A child's path is right only when its parent's is, so p(child) <= p(parent); a stable sort by p then keeps
+    every node's ancestors before it (ties stay in template order, ancestors first): the pick is a tree.
+    Returns the sub-tree and its retrieval-chain length (a prefix of the chain, possibly 0)."""
+    keep = set(sorted(range(len(p)), key=lambda i: -p[i])[:k])
+    chain = sum(1 for i in range(retrieval_len) if i in keep)
+    template = [node for i, node in enumerate(tree.nodes) if i >= retrieval_len and i in keep]
+    return build_tree("auto", topk, chain, device=device, template=template), chain
