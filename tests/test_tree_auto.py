@@ -34,18 +34,28 @@ def test_best_size_trades_acceptance_against_cost():
 
 def test_node_stats_count_whole_paths():
     tree = build_tree("2level_12", topk=6, retrieval_len=2)  # inputs: root, (6,), (6, 6), (0,), (1,), ...
-    index = {node: i for i, node in enumerate(tree.nodes, start=1)}
+    index = {node: i for i, node in enumerate(tree.nodes)}
     stats = NodeStats(tree)
     right = [False] * (len(tree.nodes) + 1)
-    right[index[(6,)]] = right[index[(6, 6)]] = True  # the whole retrieval chain
-    right[index[(0, 0)]] = True  # right after a wrong parent: its path is wrong
+    right[index[(6,)] + 1] = right[index[(6, 6)] + 1] = True  # the whole retrieval chain
+    right[index[(0, 0)] + 1] = True  # right after a wrong parent: its path is wrong
     stats.observe(right)
-    right[index[(6,)]] = False
-    right[index[(0,)]] = True
+    right[index[(6,)] + 1] = False
+    right[index[(0,)] + 1] = True
     stats.observe(right)
+    hits = dict(zip(tree.nodes, stats.hits))
+    assert stats.steps == 2 and stats.seen == [2] * len(tree.nodes)
+    assert hits[(6,)] == hits[(6, 6)] == hits[(0,)] == hits[(0, 0)] == 1 and hits[(1,)] == hits[(1, 0)] == 0
     p = dict(zip(tree.nodes, stats.p()))
-    assert stats.steps == 2
-    assert p[(6,)] == 0.5 and p[(6, 6)] == 0.5 and p[(0,)] == 0.5 and p[(0, 0)] == 0.5 and p[(1,)] == 0.0
+    assert p[(0,)] == p[(0, 0)] == 0.5 and p[(1,)] == 0.25  # (hits + 1) / (seen + 2)
+
+    # a step on a sub-tree counts for the nodes it kept; a rarely seen child is capped by its parent
+    small, _, kept = sub_tree(tree, [1.0, 0.9] + [0.0] * (len(tree.nodes) - 2), 2, topk=6)
+    assert small.nodes == [(6,), (6, 6)] and kept == [0, 1]
+    for _ in range(4):
+        stats.observe([False, False, False], small, kept)
+    assert stats.seen[:3] == [6, 6, 2] and stats.hits[:2] == [1, 1]
+    assert stats.p()[:2] == [0.25, 0.25]
 
 
 def closed(tree, p):
@@ -63,12 +73,11 @@ def test_sub_trees_are_the_top_nodes_and_stay_trees(seed):
     p = closed(full, torch.rand(len(full.nodes), generator=torch.Generator().manual_seed(seed)).tolist())
     ranked = sorted(p, reverse=True)
     for k in range(1, len(full.nodes) + 1):
-        tree, chain = sub_tree(full, p, k, topk=10, retrieval_len=5)
-        assert len(tree.nodes) == k
+        tree, chain, kept = sub_tree(full, p, k, topk=10)
+        assert len(tree.nodes) == k and tree.nodes == [full.nodes[i] for i in kept]
         assert tree.nodes[:chain] == [(10,) * d for d in range(1, chain + 1)]  # a prefix of the retrieval chain
         assert all(node[:d] in tree.nodes for node in tree.nodes for d in range(1, len(node)))  # ancestors kept
-        kept = [p[full.nodes.index(node)] for node in tree.nodes]
-        assert sum(kept) == pytest.approx(sum(ranked[:k]))
+        assert sum(p[i] for i in kept) == pytest.approx(sum(ranked[:k]))
         assert tree.width == (11 if chain else 10)
 
 
@@ -81,10 +90,13 @@ def test_auto_is_a_tree_option():
 # ------------------------------------------------------------------------------------------ exactness
 def test_auto_tree_tokens_equal_ar(target):
     decoder = build_decoder(TRJacobiConfig(tree="auto", calibrate=2), target)
+    outs = []
     for i, prompt in enumerate(PROMPTS):
-        assert decoder.generate(prompt, 30).tokens == ar(target, prompt, 30)
-        assert (decoder.stats is None) == (i >= 1)  # the full template until calibrated, then its sub-tree
-    assert decoder.meta["tree"] == f"auto({AUTO_TEMPLATE})" and decoder.meta["calibration_steps"] > 0
+        outs.append(decoder.generate(prompt, 30))
+        assert outs[-1].tokens == ar(target, prompt, 30)
+        assert (decoder.cost is None) == (i < 1)  # the full template until calibrated, then a sub-tree
+        assert decoder.stats.steps == sum(out.target_forwards for out in outs)  # every step is learnt from
+    assert decoder.meta["tree"] == f"auto({AUTO_TEMPLATE})" and decoder.meta["observed_steps"] == decoder.stats.steps
     assert len(decoder.tree.nodes) == decoder.meta["tree_nodes"] and decoder.R == decoder.meta["retrieval_len"]
 
 
@@ -96,9 +108,9 @@ def test_auto_tree_learns_the_accepted_nodes():
     with_retrieval = build_decoder(TRJacobiConfig(tree="auto"), target)
     stats = with_retrieval.stats
     assert with_retrieval.generate(prompt, 40).tokens == ar(target, prompt, 40)
-    p = stats.p()
-    assert p[:5] == [1.0] * 5 and max(p[5:]) < 0.6  # the chain, then ahead noise (the best path leaves no rows)
-    assert with_retrieval.stats is None and with_retrieval.R == 5 and with_retrieval.meta["expected_accepted"] > 5
+    assert stats.hits[:5] == stats.seen[:5] == [stats.steps] * 5  # the chain: always right
+    assert max(stats.hits[5:]) < stats.steps / 2  # the rest is ahead noise (a fully accepted path leaves no rows)
+    assert with_retrieval.R == 5 and with_retrieval.meta["expected_accepted"] > 5
     assert with_retrieval.generate(prompt[:4], 40).tokens == ar(target, prompt[:4], 40)
 
 
@@ -110,7 +122,7 @@ def test_every_sub_tree_size_is_lossless(target, k, retrieval_first):
     full = decoder.tree
     # ranks by template order, with the retrieval chain first or last (then small sub-trees have none)
     p = [1.0 - i / 1000 if (i < 5) == retrieval_first else 0.5 - i / 1000 for i in range(len(full.nodes))]
-    decoder.tree, decoder.R = sub_tree(full, closed(full, p), k, topk=10, retrieval_len=5)
+    decoder.tree, decoder.R, _ = sub_tree(full, closed(full, p), k, topk=10)
     assert decoder.R == (min(k, 5) if retrieval_first else max(0, k - 63))
     for prompt in PROMPTS[:3]:
         assert decoder.generate(prompt, 24).tokens == ar(target, prompt, 24)

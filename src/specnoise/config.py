@@ -236,7 +236,7 @@ class TRJacobiConfig(DecoderConfig):
     retrieval_len: int = 5
     retrieval_ngram: int = 3
     faithful: bool = False  # reproduce MSN-R's speed-relevant quirks (never its lossy ones)
-    calibrate: int = 1  # tree=auto: generations verified with the full tree before the sub-tree is picked
+    calibrate: int = 1  # tree=auto: generations on the full tree before picking a sub-tree (then re-picked after each)
 
     def __post_init__(self) -> None:
         super().__post_init__()

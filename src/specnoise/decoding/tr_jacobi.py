@@ -74,12 +74,14 @@ class TRJacobi(Decoder):
     def __init__(self, cfg, target, draft=None):
         super().__init__(cfg, target, draft)
         self.R = cfg.retrieval_len if cfg.retrieval else 0
-        auto = cfg.tree == "auto"  # calibrate on the full template, then keep its best sub-tree (generate)
+        auto = cfg.tree == "auto"  # calibrate on the full template, then its best sub-tree (pick_tree)
         self.tree = build_tree(AUTO_TEMPLATE if auto else cfg.tree, cfg.topk, self.R, device=self.target.device)
-        self.stats = NodeStats(self.tree) if auto else None
-        self.calibrated = 0  # generations seen by the calibration
         self.meta = {"tree": AUTO_TEMPLATE if auto else cfg.tree, "tree_nodes": len(self.tree.nodes),
                      "retrieval_len": self.R}
+        self.full, self.index = self.tree, None  # tree=auto: the template, and where each node of self.tree sits in it
+        self.stats = NodeStats(self.tree) if auto else None
+        self.cost = None  # tree=auto: t(q), probed once calibration ends
+        self.generations = 0
 
     def decode(self, prompt: list[int], out: Output) -> None:
         tree, K, faithful = self.tree, self.cfg.topk, self.cfg.faithful
@@ -105,7 +107,7 @@ class TRJacobi(Decoder):
             tokens = [pending[-1]] + nodes
             right = [False] + [tokens[i] == y[tree.parent[i]] for i in range(1, len(tokens))]
             if self.stats is not None:
-                self.stats.observe(right)
+                self.stats.observe(right, tree, self.index)
             path, a = best_path(tree.paths, right)
             block = [tokens[i] for i in path[1:a + 1]] + [y[path[a]]]  # accepted nodes + the bonus token
             out.emit(block)
@@ -130,28 +132,29 @@ class TRJacobi(Decoder):
     def generate(self, prompt, max_new_tokens):
         out = super().generate(prompt, max_new_tokens)
         if self.stats is not None:
-            self.calibrated += 1
-            if self.calibrated >= self.cfg.calibrate:
+            self.generations += 1
+            if self.generations >= self.cfg.calibrate:
                 self.pick_tree()
         return out
 
     def pick_tree(self) -> None:
-        """Keep the sub-tree with the most expected accepted tokens per second: per-node acceptance from the
-        calibration steps, the cost of a verify forward t(q) probed now on this engine (over the cache the last
-        generation left, untimed), a grid of sizes interpolated in between."""
-        from specnoise.bench.forward_cost import interpolate, measure_forward_costs
+        """Verify the sub-tree with the most expected accepted tokens per second from now on: per-node acceptance
+        from every step so far, and the cost of a verify forward t(q), probed once on this engine over the cache
+        the last generation left (untimed), on a grid of sizes interpolated in between."""
+        if self.cost is None:
+            from specnoise.bench.forward_cost import interpolate, measure_forward_costs
 
-        full = len(self.tree.nodes) + 1
-        grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
-        self.target.crop(self.target.max_length - full)  # room for the largest probe
-        cost = interpolate(measure_forward_costs(self.target, grid, repeats=7))
+            full = len(self.full.nodes) + 1
+            grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
+            self.target.crop(self.target.max_length - full)  # room for the largest probe
+            self.cost = interpolate(measure_forward_costs(self.target, grid, repeats=10, reduce=min))
+            log.info("tr_jacobi tree=auto: verify forward cost t(q)/t(1) = %s",
+                     {q: round(self.cost(q) / self.cost(1), 2) for q in grid})
         p = self.stats.p()
-        k = best_size(p, cost)
-        self.tree, self.R = sub_tree(self.tree, p, k, self.cfg.topk, self.R, device=self.target.device)
-        expected = 1 + sum(sorted(p, reverse=True)[:k])
+        k = best_size(p, self.cost)
+        self.tree, self.R, self.index = sub_tree(self.full, p, k, self.cfg.topk, device=self.target.device)
+        expected = 1 + sum(p[i] for i in self.index)
         self.meta = {"tree": f"auto({AUTO_TEMPLATE})", "tree_nodes": k, "retrieval_len": self.R,
-                     "expected_accepted": round(expected, 3), "calibration_steps": self.stats.steps,
-                     "speedup_bound": round(expected * cost(1) / cost(1 + k), 3)}  # ignores per-step overhead
-        log.info("tr_jacobi tree=auto: %d of %d nodes (retrieval chain %d), expected %.2f accepted tokens per step",
-                 k, full - 1, self.R, expected)
-        self.stats = None
+                     "expected_accepted": round(expected, 3), "observed_steps": self.stats.steps,
+                     "speedup_bound": round(expected * self.cost(1) / self.cost(1 + k), 3)}  # ignores step overhead
+        log.debug("tr_jacobi tree=auto: %s", self.meta)

@@ -113,21 +113,35 @@ AUTO_TEMPLATE = "mc_sim_7b_63"  # decoder.tree=auto picks a sub-tree of this tem
 
 
 class NodeStats:
-    """How often each node's whole path (root -> node) was right, over the verify steps of one tree."""
+    """Per node of a tree: the steps it was verified in and how often its whole path (root -> node) was right.
+
+    Steps on a sub-tree count for the nodes it kept (``index``), so acceptance keeps being learnt after the pick."""
 
     def __init__(self, tree: Tree):
-        self.tree, self.steps, self.hits = tree, 0, [0] * len(tree.nodes)
+        self.tree, self.steps = tree, 0
+        self.seen, self.hits = [0] * len(tree.nodes), [0] * len(tree.nodes)
 
-    def observe(self, right: list[bool]) -> None:
-        """``right[i]``: input i's token equals the target's prediction after its parent (root: index 0)."""
-        ok = [True] + [False] * len(self.tree.nodes)
+    def observe(self, right: list[bool], tree: Tree | None = None, index: list[int] | None = None) -> None:
+        """``right[i]``: input i of ``tree`` (default: the full tree) equals the target's prediction after its parent;
+        ``index[i - 1]``: the full tree's node that input i is."""
+        tree = tree or self.tree
+        ok = [True] + [False] * len(tree.nodes)
         for i in range(1, len(ok)):  # parents come before children
-            ok[i] = right[i] and ok[self.tree.parent[i]]
-            self.hits[i - 1] += ok[i]
+            ok[i] = right[i] and ok[tree.parent[i]]
+            n = i - 1 if index is None else index[i - 1]
+            self.seen[n] += 1
+            self.hits[n] += ok[i]
         self.steps += 1
 
     def p(self) -> list[float]:
-        return [h / max(self.steps, 1) for h in self.hits]
+        """Each node's chance that its path is right: the posterior mean under a uniform prior, (hits + 1) /
+        (seen + 2), so a node seen in few steps stays a candidate until it has been verified more; capped by its
+        parent's (a path is right only when its parent's is), which keeps every pick a tree."""
+        p = [(h + 1) / (n + 2) for h, n in zip(self.hits, self.seen)]
+        for i in range(1, len(p) + 1):
+            if self.tree.parent[i]:
+                p[i - 1] = min(p[i - 1], p[self.tree.parent[i] - 1])
+        return p
 
 
 def best_size(p: list[float], cost) -> int:
@@ -143,13 +157,13 @@ def best_size(p: list[float], cost) -> int:
     return best_k
 
 
-def sub_tree(tree: Tree, p: list[float], k: int, topk: int, retrieval_len: int, device=None) -> tuple[Tree, int]:
-    """The ``k`` nodes of ``tree`` (built with a retrieval chain of ``retrieval_len``) most often on a right path.
+def sub_tree(tree: Tree, p: list[float], k: int, topk: int, device=None) -> tuple[Tree, int, list[int]]:
+    """The ``k`` nodes of ``tree`` with the largest p (ties: template order), as a tree of its own.
 
-    A child's path is right only when its parent's is, so p(child) <= p(parent); a stable sort by p then keeps
-    every node's ancestors before it (ties stay in template order, ancestors first): the pick is a tree.
-    Returns the sub-tree and its retrieval-chain length (a prefix of the chain, possibly 0)."""
-    keep = set(sorted(range(len(p)), key=lambda i: -p[i])[:k])
-    chain = sum(1 for i in range(retrieval_len) if i in keep)
-    template = [node for i, node in enumerate(tree.nodes) if i >= retrieval_len and i in keep]
-    return build_tree("auto", topk, chain, device=device, template=template), chain
+    With p(child) <= p(parent), a stable sort keeps every node's ancestors before it (ancestors come first in
+    template order): the pick is a tree. Returns it, its retrieval-chain length (a prefix of the chain, maybe 0)
+    and the index in ``tree`` of each of its nodes."""
+    keep = sorted(sorted(range(len(p)), key=lambda i: -p[i])[:k])  # the sub-tree keeps the full tree's order
+    chain = sum(1 for i in keep if tree.nodes[i][0] == topk)  # the retrieval chain sits in column topk, first
+    template = [tree.nodes[i] for i in keep[chain:]]
+    return build_tree("auto", topk, chain, device=device, template=template), chain, keep
