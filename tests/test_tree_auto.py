@@ -43,19 +43,21 @@ def test_node_stats_count_whole_paths():
     right[index[(6,)] + 1] = False
     right[index[(0,)] + 1] = True
     stats.observe(right)
-    hits = dict(zip(tree.nodes, stats.hits))
-    assert stats.steps == 2 and stats.seen == [2] * len(tree.nodes)
+    hits, trials = dict(zip(tree.nodes, stats.hits)), dict(zip(tree.nodes, stats.trials))
+    assert stats.steps == 2
     assert hits[(6,)] == hits[(6, 6)] == hits[(0,)] == hits[(0, 0)] == 1 and hits[(1,)] == hits[(1, 0)] == 0
-    p = dict(zip(tree.nodes, stats.p()))
-    assert p[(0,)] == p[(0, 0)] == 0.5 and p[(1,)] == 0.25  # (hits + 1) / (seen + 2)
+    assert trials[(6,)] == trials[(0,)] == 2 and trials[(6, 6)] == trials[(0, 0)] == 1 and trials[(1, 0)] == 0
+    p = dict(zip(tree.nodes, stats.p()))  # own rate given the parent right, (hits + 1) / (trials + 2), x parent's
+    assert p[(0,)] == 0.5 and p[(1,)] == 0.25 and p[(0, 0)] == pytest.approx(0.5 * 2 / 3)
+    assert p[(1, 0)] == pytest.approx(0.25 * 0.5)  # never tried: the prior
 
-    # a step on a sub-tree counts for the nodes it kept; a rarely seen child is capped by its parent
+    # a step on a sub-tree counts for the nodes it kept
     small, _, kept = sub_tree(tree, [1.0, 0.9] + [0.0] * (len(tree.nodes) - 2), 2, topk=6)
     assert small.nodes == [(6,), (6, 6)] and kept == [0, 1]
     for _ in range(4):
-        stats.observe([False, False, False], small, kept)
-    assert stats.seen[:3] == [6, 6, 2] and stats.hits[:2] == [1, 1]
-    assert stats.p()[:2] == [0.25, 0.25]
+        stats.observe([False, True, True], small, kept)
+    assert stats.trials[:3] == [6, 5, 2] and stats.hits[:3] == [5, 5, 1]
+    assert stats.p()[:2] == [pytest.approx(6 / 8), pytest.approx(6 / 8 * 6 / 7)]
 
 
 def closed(tree, p):
@@ -94,7 +96,7 @@ def test_auto_tree_tokens_equal_ar(target):
     for i, prompt in enumerate(PROMPTS):
         outs.append(decoder.generate(prompt, 30))
         assert outs[-1].tokens == ar(target, prompt, 30)
-        assert (decoder.cost is None) == (i < 1)  # the full template until calibrated, then a sub-tree
+        assert (not decoder.fastest) == (i < 1)  # the full template until calibrated, then a sub-tree
         assert decoder.stats.steps == sum(out.target_forwards for out in outs)  # every step is learnt from
     assert decoder.meta["tree"] == f"auto({AUTO_TEMPLATE})" and decoder.meta["observed_steps"] == decoder.stats.steps
     assert len(decoder.tree.nodes) == decoder.meta["tree_nodes"] and decoder.R == decoder.meta["retrieval_len"]
@@ -108,7 +110,7 @@ def test_auto_tree_learns_the_accepted_nodes():
     with_retrieval = build_decoder(TRJacobiConfig(tree="auto"), target)
     stats = with_retrieval.stats
     assert with_retrieval.generate(prompt, 40).tokens == ar(target, prompt, 40)
-    assert stats.hits[:5] == stats.seen[:5] == [stats.steps] * 5  # the chain: always right
+    assert stats.hits[:5] == stats.trials[:5] == [stats.steps] * 5  # the chain: always right
     assert max(stats.hits[5:]) < stats.steps / 2  # the rest is ahead noise (a fully accepted path leaves no rows)
     assert with_retrieval.R == 5 and with_retrieval.meta["expected_accepted"] > 5
     assert with_retrieval.generate(prompt[:4], 40).tokens == ar(target, prompt[:4], 40)

@@ -113,34 +113,36 @@ AUTO_TEMPLATE = "mc_sim_7b_63"  # decoder.tree=auto picks a sub-tree of this tem
 
 
 class NodeStats:
-    """Per node of a tree: the steps it was verified in and how often its whole path (root -> node) was right.
-
-    Steps on a sub-tree count for the nodes it kept (``index``), so acceptance keeps being learnt after the pick."""
+    """Per node of a tree, over the steps that verified it with its parent's path right: how often its own token
+    was right too (``hits`` of ``trials``). Steps on a sub-tree count for the nodes it kept (``index``), so
+    acceptance keeps being learnt after a pick."""
 
     def __init__(self, tree: Tree):
         self.tree, self.steps = tree, 0
-        self.seen, self.hits = [0] * len(tree.nodes), [0] * len(tree.nodes)
+        self.trials, self.hits = [0] * len(tree.nodes), [0] * len(tree.nodes)
 
     def observe(self, right: list[bool], tree: Tree | None = None, index: list[int] | None = None) -> None:
         """``right[i]``: input i of ``tree`` (default: the full tree) equals the target's prediction after its parent;
         ``index[i - 1]``: the full tree's node that input i is."""
         tree = tree or self.tree
-        ok = [True] + [False] * len(tree.nodes)
+        ok = [True] + [False] * len(tree.nodes)  # the path root -> input i is right
         for i in range(1, len(ok)):  # parents come before children
             ok[i] = right[i] and ok[tree.parent[i]]
-            n = i - 1 if index is None else index[i - 1]
-            self.seen[n] += 1
-            self.hits[n] += ok[i]
+            if ok[tree.parent[i]]:
+                n = i - 1 if index is None else index[i - 1]
+                self.trials[n] += 1
+                self.hits[n] += ok[i]
         self.steps += 1
 
     def p(self) -> list[float]:
-        """Each node's chance that its path is right: the posterior mean under a uniform prior, (hits + 1) /
-        (seen + 2), so a node seen in few steps stays a candidate until it has been verified more; capped by its
-        parent's (a path is right only when its parent's is), which keeps every pick a tree."""
-        p = [(h + 1) / (n + 2) for h, n in zip(self.hits, self.seen)]
-        for i in range(1, len(p) + 1):
-            if self.tree.parent[i]:
-                p[i - 1] = min(p[i - 1], p[self.tree.parent[i] - 1])
+        """Each node's chance that its whole path is right: its parent's times its own rate given the parent's path
+        right, a posterior mean under a uniform prior, (hits + 1) / (trials + 2). Conditional rates are learnt from
+        the few steps where the parent was right, so a node is judged by its own record, not by how often its
+        parent failed while it sat outside the tree; p(child) <= p(parent) keeps every pick a tree."""
+        p = [0.0] * len(self.hits)
+        for i, (h, n) in enumerate(zip(self.hits, self.trials)):
+            parent = self.tree.parent[i + 1]
+            p[i] = (h + 1) / (n + 2) * (p[parent - 1] if parent else 1.0)
         return p
 
 
