@@ -2,7 +2,8 @@
 
 One job = compose and check the config, then run its stages in order: train (if ``train`` is not
 ``none``), benchmark what was trained or the configured model (if ``benchmark`` is not ``none``), or,
-with neither, generate a completion of ``prompt``. ``task=report`` collects earlier runs instead.
+with neither, generate a completion of ``prompt``. ``task=report`` collects earlier runs instead;
+``task=forward_cost`` times one target forward of q new tokens.
 
 A job holds its run directory's lock while it runs (a second job there refuses). Exit status: 0 done; 2 bad
 input (one line, and FAILED.json); 1 a crash (FAILED.json with the traceback, which is also shown) or, for a
@@ -38,6 +39,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         from specnoise.report import run_report
 
         return {"report": str(run_report(conf, run_dir))}
+    if conf.task == "forward_cost":
+        from specnoise.bench.forward_cost import run_forward_cost
+
+        return {"forward_cost": str(run_forward_cost(conf, run_dir))}
 
     summary: dict = {}
     model_path = conf.model.path

@@ -271,12 +271,14 @@ class TRJacobiConfig(DecoderConfig):
     retrieval_len: int = 5
     retrieval_ngram: int = 3
     faithful: bool = False  # reproduce MSN-R's speed-relevant quirks (never its lossy ones)
+    calibrate: int = 1  # tree=auto: generations on the full tree before picking a sub-tree (then re-picked after each)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         from specnoise.decoding.trees import TEMPLATES as TREES  # data beside the decoder; lazy: no import cycle
 
-        one_of(self.tree, "decoder.tree", tuple(TREES))
+        one_of(self.tree, "decoder.tree", (*TREES, "auto"))
+        at_least(self.calibrate, "decoder.calibrate", 1)
         at_least(self.topk, "decoder.topk", 1)
         at_least(self.retrieval_len, "decoder.retrieval_len", 1)
         at_least(self.retrieval_ngram, "decoder.retrieval_ngram", 1)
@@ -467,6 +469,31 @@ class ReportConfig:
 
 
 @dataclass
+class ForwardCostConfig:
+    """task=forward_cost: the cost t(q) of one target forward of q new tokens over a cache of cache_len tokens."""
+
+    arch: str = "model"  # model: the configured model | random: train.arch, random weights | config: config_path
+    config_path: str | None = None  # arch=config: a config.json (or its folder), e.g. an 8B model's, random weights
+    cache_len: int = 512
+    q: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])  # t(1) is always measured
+    repeats: int = 10  # timed forwards per q (median)
+    warmup: int = 3  # untimed rounds first
+    threads: int | None = None  # torch intra-op threads (None: torch's default)
+    memory_floor: bool = True  # on CUDA: also time a device copy of the weights' bytes (one weights read)
+    plot: bool = True  # forward_cost.png
+
+    def __post_init__(self) -> None:
+        one_of(self.arch, "forward_cost.arch", ("model", "random", "config"))
+        check(self.arch != "config" or bool(self.config_path), "forward_cost.config_path",
+              "forward_cost.arch=config needs forward_cost.config_path=/path/to/config.json")
+        at_least(self.cache_len, "forward_cost.cache_len", 0)
+        check(bool(self.q) and min(self.q) >= 1, "forward_cost.q", f"got {self.q}, list sizes >= 1, e.g. [1,2,4,8]")
+        at_least(self.repeats, "forward_cost.repeats", 1)
+        at_least(self.warmup, "forward_cost.warmup", 0)
+        check(self.threads is None or self.threads >= 1, "forward_cost.threads", f"got {self.threads}, must be >= 1")
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     draft: DraftConfig = field(default_factory=DraftConfig)
@@ -477,13 +504,14 @@ class Config:
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
-    task: str = "run"  # run: train and/or benchmark (or generate `prompt`) | report
+    forward_cost: ForwardCostConfig = field(default_factory=ForwardCostConfig)
+    task: str = "run"  # run: train and/or benchmark (or generate `prompt`) | report | forward_cost
     experiment: str = "default"  # set by experiment presets; groups wandb runs
     prompt: str = "def fibonacci(n):"  # `task=run` with train=none and benchmark=none generates this
     seed: int = 0
 
     def __post_init__(self) -> None:
-        one_of(self.task, "task", ("run", "report"))
+        one_of(self.task, "task", ("run", "report", "forward_cost"))
         for name in self.decoders:
             one_of(name, "decoders[]", tuple(DECODER_SCHEMAS))
             # every `decoders` entry shares decoder's sampling keys (bench/runner.py, decoder_configs)

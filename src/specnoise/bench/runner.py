@@ -205,7 +205,8 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
         "meta": {"max_new_tokens": budget, "template": template, "warmup": bench.warmup, "wall_seconds": wall,
                  "model_path": target.path, "device": str(target.device), "dtype": str(target.model.dtype),
                  "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
-                 **engine_meta(decoders.values())},
+                 **engine_meta(decoders.values()),
+                 "decoders": {n: d.meta for n, d in decoders.items() if getattr(d, "meta", None)}},  # e.g. tree=auto
     }
     results["meta"].update(describe(target.model))  # attention backends, strict numerics, device, versions
     path = run_dir / "results.json"

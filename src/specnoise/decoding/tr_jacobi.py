@@ -15,12 +15,15 @@ a score-0 retrieval still returns tokens, and the first step has no retrieval.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import torch
 
 from specnoise.decoding.base import Decoder, Output
 from specnoise.decoding.ngram import ahead_noise
-from specnoise.decoding.trees import Tree, build_tree, with_prefix
+from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, Tree, best_size, build_tree, sub_tree, with_prefix
+
+log = logging.getLogger("specnoise")
 
 
 def retrieve(seq: list[int], n: int, length: int, faithful: bool = False) -> list[int]:
@@ -86,7 +89,14 @@ class TRJacobi(Decoder):
     def __init__(self, cfg, target, draft=None):
         super().__init__(cfg, target, draft)
         self.R = cfg.retrieval_len if cfg.retrieval else 0
-        self.tree = build_tree(cfg.tree, cfg.topk, self.R, device=self.target.device)
+        auto = cfg.tree == "auto"  # calibrate on the full template, then its best sub-tree (pick_tree)
+        self.tree = build_tree(AUTO_TEMPLATE if auto else cfg.tree, cfg.topk, self.R, device=self.target.device)
+        self.meta = {"tree": AUTO_TEMPLATE if auto else cfg.tree, "tree_nodes": len(self.tree.nodes),
+                     "retrieval_len": self.R}
+        self.full, self.index = self.tree, None  # tree=auto: the template, and where each node of self.tree sits in it
+        self.stats = NodeStats(self.tree) if auto else None
+        self.fastest: dict[int, float] = {}  # tree=auto: fastest verify forward seen per size q, probed at each pick
+        self.generations = 0
         self.cut_trees: dict[int, Tree] = {}  # by depth, for the last steps before the budget
 
     def tree_for(self, budget: int) -> Tree:
@@ -124,6 +134,8 @@ class TRJacobi(Decoder):
             y, top = [r[0] for r in read], [r[1:] for r in read]
             tokens = [pending[-1]] + nodes
             right = [False] + [tokens[i] == y[tree.parent[i]] for i in range(1, len(tokens))]
+            if self.stats is not None and tree is self.tree:  # a tree cut at the budget lacks the index
+                self.stats.observe(right, tree, self.index)
             path, a = best_path(tree.paths, right)
             block = [tokens[i] for i in path[1:a + 1]] + [y[path[a]]]  # accepted nodes + the bonus token
             out.emit(block)
@@ -141,3 +153,37 @@ class TRJacobi(Decoder):
             slots = (path + [0] * tree.rows)[a + 1:tree.rows + 1] if faithful else path[a + 1:]
             for d, slot in enumerate(slots):
                 C[d * tree.width:d * tree.width + k] = top[slot]
+
+    # ------------------------------------------------------------------------------------ tree=auto
+    def generate(self, prompt, max_new_tokens):
+        out = super().generate(prompt, max_new_tokens)
+        if self.stats is not None:
+            self.generations += 1
+            if self.generations >= self.cfg.calibrate:
+                self.pick_tree()
+        return out
+
+    def pick_tree(self) -> None:
+        """Verify the sub-tree with the most expected accepted tokens per second from now on: per-node acceptance
+        from every step so far, and the cost of a verify forward t(q) on this engine, probed on a grid of sizes
+        over the cache the last generation left (untimed) and interpolated in between. Every pick probes a few
+        more rounds and keeps each size's fastest time, so on a busy machine the curve converges on the
+        uncontended cost instead of following the load."""
+        from specnoise.bench.forward_cost import interpolate, measure_forward_costs
+
+        full = len(self.full.nodes) + 1
+        grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
+        self.target.crop(self.target.max_length - full)  # room for the largest probe
+        probed = measure_forward_costs(self.target, grid, repeats=3 if self.fastest else 10, warmup=1, reduce=min)
+        self.fastest = {q: min(t, self.fastest.get(q, t)) for q, t in probed.items()}
+        cost = interpolate(self.fastest)
+        p = self.stats.p()
+        k = best_size(p, cost)
+        self.tree, self.R, self.index = sub_tree(self.full, p, k, self.cfg.topk, device=self.target.device)
+        self.cut_trees = {}
+        expected = 1 + sum(p[i] for i in self.index)
+        self.meta = {"tree": f"auto({AUTO_TEMPLATE})", "tree_nodes": k, "retrieval_len": self.R,
+                     "expected_accepted": round(expected, 3), "observed_steps": self.stats.steps,
+                     "speedup_bound": round(expected * cost(1) / cost(1 + k), 3),  # ignores per-step overhead
+                     "cost_ratio": {q: round(cost(q) / cost(1), 3) for q in grid}}  # t(q) / t(1)
+        log.debug("tr_jacobi tree=auto: %s", self.meta)

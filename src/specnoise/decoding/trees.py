@@ -59,12 +59,14 @@ def tree_names() -> str:
     return ", ".join(TEMPLATES)
 
 
-def build_tree(name: str, topk: int, retrieval_len: int = 0, device=None) -> Tree:
-    """The template ``name`` with a retrieval chain of ``retrieval_len`` nodes in column ``topk`` in front."""
-    if name not in TEMPLATES:
+def build_tree(name: str, topk: int, retrieval_len: int = 0, device=None,
+               template: list[tuple[int, ...]] | None = None) -> Tree:
+    """The template ``name`` (or the node list ``template``, e.g. a sub-tree picked by ``decoder.tree=auto``) with a
+    retrieval chain of ``retrieval_len`` nodes in column ``topk`` in front."""
+    if template is None and name not in TEMPLATES:
         raise UserError(f"unknown tree template {name!r}: set decoder.tree to one of {tree_names()}")
-    template = TEMPLATES[name]
-    widest = max(c for node in template for c in node) + 1
+    template = TEMPLATES[name] if template is None else template
+    widest = max((c for node in template for c in node), default=-1) + 1
     if widest > topk:
         raise UserError(f"tree {name!r} uses candidate ranks up to {widest - 1}: set decoder.topk >= {widest} "
                         "or pick a smaller tree")
@@ -104,3 +106,66 @@ def with_prefix(mask: torch.Tensor, n: int) -> torch.Tensor:
     keep[n:, :n] = True
     keep[n:, n:] = mask
     return keep
+
+
+# ------------------------------------------------------------------------- hardware-aware sizing (tree=auto)
+AUTO_TEMPLATE = "mc_sim_7b_63"  # decoder.tree=auto picks a sub-tree of this template (plus the retrieval chain)
+
+
+class NodeStats:
+    """Per node of a tree, over the steps that verified it with its parent's path right: how often its own token
+    was right too (``hits`` of ``trials``). Steps on a sub-tree count for the nodes it kept (``index``), so
+    acceptance keeps being learnt after a pick."""
+
+    def __init__(self, tree: Tree):
+        self.tree, self.steps = tree, 0
+        self.trials, self.hits = [0] * len(tree.nodes), [0] * len(tree.nodes)
+
+    def observe(self, right: list[bool], tree: Tree | None = None, index: list[int] | None = None) -> None:
+        """``right[i]``: input i of ``tree`` (default: the full tree) equals the target's prediction after its parent;
+        ``index[i - 1]``: the full tree's node that input i is."""
+        tree = tree or self.tree
+        ok = [True] + [False] * len(tree.nodes)  # the path root -> input i is right
+        for i in range(1, len(ok)):  # parents come before children
+            ok[i] = right[i] and ok[tree.parent[i]]
+            if ok[tree.parent[i]]:
+                n = i - 1 if index is None else index[i - 1]
+                self.trials[n] += 1
+                self.hits[n] += ok[i]
+        self.steps += 1
+
+    def p(self) -> list[float]:
+        """Each node's chance that its whole path is right: its parent's times its own rate given the parent's path
+        right, a posterior mean under a uniform prior, (hits + 1) / (trials + 2). Conditional rates are learnt from
+        the few steps where the parent was right, so a node is judged by its own record, not by how often its
+        parent failed while it sat outside the tree; p(child) <= p(parent) keeps every pick a tree."""
+        p = [0.0] * len(self.hits)
+        for i, (h, n) in enumerate(zip(self.hits, self.trials)):
+            parent = self.tree.parent[i + 1]
+            p[i] = (h + 1) / (n + 2) * (p[parent - 1] if parent else 1.0)
+        return p
+
+
+def best_size(p: list[float], cost) -> int:
+    """The node count k >= 1 maximising expected accepted tokens per second, (1 + sum of the k largest p) / cost(1 + k).
+
+    ``cost(q)``: seconds of one verify forward of q tokens (the root and k nodes)."""
+    best_k, best_rate, gain = 1, float("-inf"), 1.0
+    for k, pk in enumerate(sorted(p, reverse=True), start=1):
+        gain += pk
+        rate = gain / cost(1 + k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+def sub_tree(tree: Tree, p: list[float], k: int, topk: int, device=None) -> tuple[Tree, int, list[int]]:
+    """The ``k`` nodes of ``tree`` with the largest p (ties: template order), as a tree of its own.
+
+    With p(child) <= p(parent), a stable sort keeps every node's ancestors before it (ancestors come first in
+    template order): the pick is a tree. Returns it, its retrieval-chain length (a prefix of the chain, maybe 0)
+    and the index in ``tree`` of each of its nodes."""
+    keep = sorted(sorted(range(len(p)), key=lambda i: -p[i])[:k])  # the sub-tree keeps the full tree's order
+    chain = sum(1 for i in keep if tree.nodes[i][0] == topk)  # the retrieval chain sits in column topk, first
+    template = [tree.nodes[i] for i in keep[chain:]]
+    return build_tree("auto", topk, chain, device=device, template=template), chain, keep

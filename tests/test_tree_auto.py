@@ -1,0 +1,130 @@
+"""decoder.tree=auto: per-node path acceptance, the size that maximises accepted tokens per second, sub-trees
+that stay trees, and TR-Jacobi on any picked sub-tree still equal to AR (fp32, two families)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import prompts
+from helpers_decoding import CYCLE, ar, cycle_successor, map_model
+from specnoise.config import ConfigError, TRJacobiConfig
+from specnoise.decoding.base import build_decoder
+from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, best_size, build_tree, sub_tree
+
+PROMPTS = prompts(5, seed=3)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------------------ selection
+def test_best_size_trades_acceptance_against_cost():
+    p = [0.05, 0.9, 0.1, 0.5]
+    assert best_size(p, lambda q: 1.0) == 4  # free nodes: take every node that can be right
+    assert best_size(p, lambda q: 1 + 0.2 * (q - 1)) == 2  # 2.4 / 1.4 beats 1.9 / 1.2 and 2.5 / 1.6
+    assert best_size(p, lambda q: float(q)) == 1  # every node costs a whole forward: 1.9 / 2 beats 2.4 / 3
+    assert best_size([0.0] * 5, lambda q: 1.0) == 1  # nothing to gain: the smallest tree
+
+
+def test_node_stats_count_whole_paths():
+    tree = build_tree("2level_12", topk=6, retrieval_len=2)  # inputs: root, (6,), (6, 6), (0,), (1,), ...
+    index = {node: i for i, node in enumerate(tree.nodes)}
+    stats = NodeStats(tree)
+    right = [False] * (len(tree.nodes) + 1)
+    right[index[(6,)] + 1] = right[index[(6, 6)] + 1] = True  # the whole retrieval chain
+    right[index[(0, 0)] + 1] = True  # right after a wrong parent: its path is wrong
+    stats.observe(right)
+    right[index[(6,)] + 1] = False
+    right[index[(0,)] + 1] = True
+    stats.observe(right)
+    hits, trials = dict(zip(tree.nodes, stats.hits)), dict(zip(tree.nodes, stats.trials))
+    assert stats.steps == 2
+    assert hits[(6,)] == hits[(6, 6)] == hits[(0,)] == hits[(0, 0)] == 1 and hits[(1,)] == hits[(1, 0)] == 0
+    assert trials[(6,)] == trials[(0,)] == 2 and trials[(6, 6)] == trials[(0, 0)] == 1 and trials[(1, 0)] == 0
+    p = dict(zip(tree.nodes, stats.p()))  # own rate given the parent right, (hits + 1) / (trials + 2), x parent's
+    assert p[(0,)] == 0.5 and p[(1,)] == 0.25 and p[(0, 0)] == pytest.approx(0.5 * 2 / 3)
+    assert p[(1, 0)] == pytest.approx(0.25 * 0.5)  # never tried: the prior
+
+    # a step on a sub-tree counts for the nodes it kept
+    small, _, kept = sub_tree(tree, [1.0, 0.9] + [0.0] * (len(tree.nodes) - 2), 2, topk=6)
+    assert small.nodes == [(6,), (6, 6)] and kept == [0, 1]
+    for _ in range(4):
+        stats.observe([False, True, True], small, kept)
+    assert stats.trials[:3] == [6, 5, 2] and stats.hits[:3] == [5, 5, 1]
+    assert stats.p()[:2] == [pytest.approx(6 / 8), pytest.approx(6 / 8 * 6 / 7)]
+
+
+def closed(tree, p):
+    """p made consistent the way path counts are: a node never beats its parent."""
+    p = list(p)
+    for i in range(1, len(p) + 1):
+        if tree.parent[i]:
+            p[i - 1] = min(p[i - 1], p[tree.parent[i] - 1])
+    return p
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sub_trees_are_the_top_nodes_and_stay_trees(seed):
+    full = build_tree(AUTO_TEMPLATE, topk=10, retrieval_len=5)
+    p = closed(full, torch.rand(len(full.nodes), generator=torch.Generator().manual_seed(seed)).tolist())
+    ranked = sorted(p, reverse=True)
+    for k in range(1, len(full.nodes) + 1):
+        tree, chain, kept = sub_tree(full, p, k, topk=10)
+        assert len(tree.nodes) == k and tree.nodes == [full.nodes[i] for i in kept]
+        assert tree.nodes[:chain] == [(10,) * d for d in range(1, chain + 1)]  # a prefix of the retrieval chain
+        assert all(node[:d] in tree.nodes for node in tree.nodes for d in range(1, len(node)))  # ancestors kept
+        assert sum(p[i] for i in kept) == pytest.approx(sum(ranked[:k]))
+        assert tree.width == (11 if chain else 10)
+
+
+def test_auto_is_a_tree_option():
+    assert TRJacobiConfig(tree="auto").tree == "auto"
+    with pytest.raises(ConfigError, match="decoder.calibrate"):
+        TRJacobiConfig(tree="auto", calibrate=0)
+
+
+# ------------------------------------------------------------------------------------------ exactness
+def test_auto_tree_tokens_equal_ar(target):
+    decoder = build_decoder(TRJacobiConfig(tree="auto", calibrate=2), target)
+    outs = []
+    for i, prompt in enumerate(PROMPTS):
+        outs.append(decoder.generate(prompt, 30))
+        assert outs[-1].tokens == ar(target, prompt, 30)
+        assert (not decoder.fastest) == (i < 1)  # the full template until calibrated, then a sub-tree
+        assert decoder.stats.steps == sum(out.target_forwards for out in outs)  # every step is learnt from
+    assert decoder.meta["tree"] == f"auto({AUTO_TEMPLATE})" and decoder.meta["observed_steps"] == decoder.stats.steps
+    assert len(decoder.tree.nodes) == decoder.meta["tree_nodes"] and decoder.R == decoder.meta["retrieval_len"]
+
+
+def test_auto_tree_learns_the_accepted_nodes():
+    """On a model whose greedy continuation is a fixed cycle, retrieval always finds the cycle: calibration must
+    see exactly that and keep the whole chain, and tokens stay equal to AR on the sub-tree it picks."""
+    target = map_model("llama", cycle_successor)
+    prompt = [5, 6] + CYCLE * 2
+    with_retrieval = build_decoder(TRJacobiConfig(tree="auto"), target)
+    stats = with_retrieval.stats
+    assert with_retrieval.generate(prompt, 40).tokens == ar(target, prompt, 40)
+    assert stats.hits[:5] == stats.trials[:5] == [stats.steps] * 5  # the chain: always right
+    assert max(stats.hits[5:]) < stats.steps / 2  # the rest is ahead noise (a fully accepted path leaves no rows)
+    assert with_retrieval.R == 5 and with_retrieval.meta["expected_accepted"] > 5
+    assert with_retrieval.generate(prompt[:4], 40).tokens == ar(target, prompt[:4], 40)
+
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 9, 30, 68])
+@pytest.mark.parametrize("retrieval_first", [True, False])
+def test_every_sub_tree_size_is_lossless(target, k, retrieval_first):
+    decoder = build_decoder(TRJacobiConfig(tree=AUTO_TEMPLATE), target)
+    full = decoder.tree
+    # ranks by template order, with the retrieval chain first or last (then small sub-trees have none)
+    p = [1.0 - i / 1000 if (i < 5) == retrieval_first else 0.5 - i / 1000 for i in range(len(full.nodes))]
+    decoder.tree, decoder.R, _ = sub_tree(full, closed(full, p), k, topk=10)
+    assert decoder.R == (min(k, 5) if retrieval_first else max(0, k - 63))
+    for prompt in PROMPTS[:3]:
+        assert decoder.generate(prompt, 24).tokens == ar(target, prompt, 24)
