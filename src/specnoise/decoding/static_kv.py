@@ -201,8 +201,8 @@ def check(model: str | None = None, draft: str | None = None, dtype: str = "floa
     from specnoise.models import load_model
 
     loaded = {role: load_model(ModelConfig(name=role, path=path, dtype=dtype, device=device, static_cache=False))
-              for role, path in (("model", model or str(ASSETS_DIR / "models/tiny-code-msn")),
-                                 ("draft", draft or str(ASSETS_DIR / "models/tiny-code-draft")))}
+              for role, path in (("model", model or str(ASSETS_DIR / "models/small-code-msn")),
+                                 ("draft", draft or str(ASSETS_DIR / "models/small-code-draft")))}
     with gzip.open(ASSETS_DIR / "data/humaneval/HumanEval.jsonl.gz", "rt") as f:
         texts = [json.loads(line)["prompt"] for line, _ in zip(f, range(prompts))]
     ids = [loaded["model"].tokenizer(t, add_special_tokens=False).input_ids for t in texts]
@@ -241,8 +241,8 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description="Static-cache engine check: compiled vs eager tokens and timings.")
     parser.add_argument("--check", action="store_true", help="run the check (on CUDA when available)")
-    parser.add_argument("--model", help="target model path (default: the shipped tiny-code-msn)")
-    parser.add_argument("--draft", help="draft model path (default: the shipped tiny-code-draft)")
+    parser.add_argument("--model", help="target model path (default: the shipped small-code-msn)")
+    parser.add_argument("--draft", help="draft model path (default: the shipped small-code-draft)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--prompts", type=int, default=4)
