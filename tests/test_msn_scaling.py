@@ -82,19 +82,23 @@ def test_runs_that_are_not_the_study_are_a_clear_error(tmp_path, capsys):
 
 
 def test_every_job_of_the_study_composes():
-    """3 sizes x 6 noise settings; each size's base lives at a path of its own, each setting trains as it says."""
+    """Every size x noise setting of the preset's sweep; each size's base lives at a path of its own, each setting
+    trains as it says, all with the same data, steps and seed."""
+    params = OmegaConf.load(config_dir() / "experiment" / "msn-scaling.yaml").hydra.sweeper.params
+    sizes, settings = params["+scaling_base"].split(","), params["+scaling_noise"].split(",")
+    assert len(sizes) >= 3 and {"sft", "ahead-l4-s1", "random-l4-s1", "ahead-l4-s16"} <= set(settings)
     seen = {}
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
-        for size in ("s", "m", "l"):
-            for noise in ("sft", "ahead-l4-s1", "ahead-l4-s4", "ahead-l4-s16", "ahead-l8-s1", "random-l4-s1"):
+        for size in sizes:
+            for noise in settings:
                 overrides = [f"+scaling_base={size}", f"+scaling_noise={noise}", "+experiment=msn-scaling"]
                 conf = OmegaConf.to_object(compose("config", overrides=overrides))
                 seen[size, noise] = conf
-    assert len({c.model.path for c in seen.values()}) == 3
+    assert len({c.model.path for c in seen.values()}) == len(sizes)
     assert {c.train.name for (_, n), c in seen.items() if n == "sft"} == {"sft"}
-    random = seen["m", "random-l4-s1"].train
+    random = seen[sizes[0], "random-l4-s1"].train
     assert random.name == "msn" and random.noise.content == "random" and random.noise.segments == 1
-    assert seen["l", "ahead-l4-s16"].train.noise.segments == 16 and seen["l", "ahead-l8-s1"].train.noise.length == 8
+    assert seen[sizes[-1], "ahead-l4-s16"].train.noise.segments == 16
     same = {(c.train.epochs, c.train.learning_rate, c.train.seed, c.data.name, c.benchmark.limit)
             for c in seen.values()}
     assert len(same) == 1  # same data, steps and seed for every job

@@ -113,6 +113,16 @@ def plot_lift(table: pd.DataFrame, path: Path, size: str = SIZE, noise: str = NO
     _save(fig, path)
 
 
+def exact_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Quality ratios to four decimals: the 2% line must be readable off the table (1.0204 is out, 1.0196 in)."""
+    cols = [c for c in ("ref_nll_ratio", "heldout_ratio") if c in df]
+    return df.assign(**{c: df[c].map(lambda v: "" if pd.isna(v) else f"{v:.4f}") for c in cols})
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    return _fmt(exact_ratios(df)).to_markdown(index=False, disable_numparse=True)  # keep the four decimals
+
+
 def write_study(roots: list[Path], out_dir: Path) -> Path:
     """Collect ``roots``, write study.csv, study.md and lift_vs_params.png into ``out_dir``; returns study.md."""
     df, _ = collect(roots)
@@ -127,8 +137,8 @@ def write_study(roots: list[Path], out_dir: Path) -> Path:
         "# MSN scaling study", "",
         f"Runs: {', '.join(map(str, roots))}. Lift and ratios are against SFT at the same size; quality within 2% "
         "means both ref_nll and held-out loss at most 1.02x SFT's.", "",
-        "## Every size and noise setting", "", _fmt(table[shown]).to_markdown(index=False), "",
-        "## Best setting per size (quality within 2%)", "", _fmt(best).to_markdown(index=False), "",
+        "## Every size and noise setting", "", markdown_table(table[shown]), "",
+        "## Best setting per size (quality within 2%)", "", markdown_table(best), "",
         trend(best), "", "![lift_vs_params](lift_vs_params.png)", ""])
     write_atomic(out_dir / "study.md", md)
     print(_fmt(best).to_string(index=False) + "\n\n" + trend(best) + f"\n\nstudy: {out_dir}/study.md")
