@@ -45,13 +45,13 @@ def capacity_for(need: int, context: int, block: int = BUCKETS[-1]) -> int:
 
 
 class StaticKVModel(KVModel):
-    """``KVModel`` over a static cache. ``compile``: ``torch.compile`` the padded forward (compiled in the first
-    forward that allocates the cache, for every bucket; that time is ``compile_seconds``)."""
+    """``KVModel`` over a static cache. ``compile``: ``torch.compile`` the padded forward, for every bucket, when the
+    cache is allocated (``reserve``, before a generation's clock starts); that time is ``compile_seconds``."""
 
-    def __init__(self, model: torch.nn.Module, compile: bool = False, buckets: tuple[int, ...] = BUCKETS):
+    def __init__(self, model: torch.nn.Module, compile: bool = False, buckets: tuple[int, ...] | None = None):
         super().__init__(model)  # checks the model; its DynamicCache is replaced below
-        self.cache: StaticCache | None = None  # allocated by the first forward
-        self.buckets, self.compiled = tuple(sorted(buckets)), compile
+        self.cache: StaticCache | None = None  # allocated by reserve() or the first forward
+        self.buckets, self.compiled = tuple(sorted(buckets or BUCKETS)), compile
         self.capacity, self._length = 0, 0
         self.compile_seconds = 0.0
         self._offsets: list[torch.Tensor] = []  # every layer's write offset; all equal self._length between calls
@@ -187,7 +187,7 @@ CHECK_DECODERS = ("ar", "jacobi", "tr_jacobi", "pld", "lookahead", "speculative"
 
 
 def check(model: str | None = None, draft: str | None = None, dtype: str = "float32", prompts: int = 4,
-          new_tokens: int = 128, decoders=CHECK_DECODERS, device: str = "auto") -> dict:
+          new_tokens: int = 128, decoders=CHECK_DECODERS, device: str = "auto", buckets=None) -> dict:
     """Every decoder on three engines (dynamic, static eager, static compiled) against dynamic AR's tokens on the
     shipped tiny models and HumanEval prompts; prints ms/token, tokens identical to AR and compile seconds.
     Returns {engine: {decoder: {...}}}; ``ok`` is False when a decoder's tokens differ from AR's (fp32) or
@@ -197,8 +197,11 @@ def check(model: str | None = None, draft: str | None = None, dtype: str = "floa
     import json
 
     from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, ModelConfig
+    from specnoise.decoding import static_kv  # the engine's module (under -m this file runs as __main__)
     from specnoise.decoding.base import build_decoder
     from specnoise.models import load_model
+
+    static_kv.BUCKETS = tuple(buckets or static_kv.BUCKETS)
 
     loaded = {role: load_model(ModelConfig(name=role, path=path, dtype=dtype, device=device, static_cache=False))
               for role, path in (("model", model or str(ASSETS_DIR / "models/small-code-msn")),
@@ -248,12 +251,13 @@ if __name__ == "__main__":
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--decoders", default=",".join(CHECK_DECODERS))
+    parser.add_argument("--buckets", help="padded block sizes, e.g. 1,8,128 (fewer: faster compilation)")
     parser.add_argument("--out", help="write the report as JSON here")
     args = parser.parse_args()
     if not args.check:
         parser.error("nothing to do: pass --check")
     result = check(args.model, args.draft, args.dtype, args.prompts, args.new_tokens, args.decoders.split(","),
-                   args.device)
+                   args.device, args.buckets and [int(b) for b in args.buckets.split(",")])
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)
