@@ -77,6 +77,8 @@ class ModelConfig:
     sdpa_backends: list[str] = field(default_factory=lambda: ["flash", "efficient", "math"])
     static_cache: Any = "auto"  # true | false | auto (on CUDA or when compiling): decoders' static-cache engine
     compile: bool = False  # torch.compile the static engine's fixed-shape forwards (CUDA graphs on CUDA)
+    # block sizes the static engine pads to (one compiled graph each); 72 fits TR-Jacobi's 69-token tree step
+    static_buckets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 72, 128])
 
     def __post_init__(self) -> None:
         self._check("model")
@@ -89,6 +91,8 @@ class ModelConfig:
         for backend in self.sdpa_backends:
             one_of(backend, f"{key}.sdpa_backends[]", SDPA_BACKENDS)
         one_of(self.static_cache, f"{key}.static_cache", (True, False, "auto"))
+        check(bool(self.static_buckets) and min(self.static_buckets) >= 1, f"{key}.static_buckets",
+              f"got {self.static_buckets}, list block sizes >= 1, e.g. [1,8,16,72]")
         check(not (self.compile and self.static_cache is False), f"{key}.compile",
               f"compiling needs fixed shapes: set {key}.static_cache=true (or auto), or {key}.compile=false")
 

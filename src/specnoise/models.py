@@ -25,6 +25,7 @@ class LoadedModel:
     template: str
     static_cache: bool = False  # decoders run on the static-cache engine (decoding/static_kv.py)
     compile: bool = False  # ... with its fixed-shape forwards compiled
+    buckets: tuple[int, ...] = ()  # ... padding blocks to these sizes (model.static_buckets)
     engines: dict = field(default_factory=dict, repr=False, compare=False)  # the shared static engine, once built
 
     @property
@@ -107,7 +108,8 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
     model.to(device).eval()
     use_numerics(model, backends=cfg.sdpa_backends)
     return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template,
-                       static_cache=use_static_cache(cfg.static_cache, cfg.compile, device), compile=cfg.compile)
+                       static_cache=use_static_cache(cfg.static_cache, cfg.compile, device), compile=cfg.compile,
+                       buckets=tuple(cfg.static_buckets))
 
 
 def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:

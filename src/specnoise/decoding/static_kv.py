@@ -28,7 +28,7 @@ from transformers import StaticCache
 
 from specnoise.decoding.kv import KVModel, causal_block
 
-BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)  # padded block sizes: one compiled graph each
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 72, 128)  # padded block sizes: one compiled graph each
 MIN_CAPACITY = 2048  # slots allocated at least (within the context): few prompts ever make the cache grow
 WARMUP_CALLS = 3  # per bucket: compile, then CUDA-graph warm-up and recording
 
@@ -178,7 +178,8 @@ def kv_model(loaded) -> KVModel:
     if not loaded.static_cache:
         return KVModel(loaded.model)
     if "static" not in loaded.engines:
-        loaded.engines["static"] = StaticKVModel(loaded.model, compile=loaded.compile)
+        buckets = loaded.buckets or BUCKETS
+        loaded.engines["static"] = StaticKVModel(loaded.model, compile=loaded.compile, buckets=buckets)
     return loaded.engines["static"]
 
 
@@ -197,13 +198,12 @@ def check(model: str | None = None, draft: str | None = None, dtype: str = "floa
     import json
 
     from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, ModelConfig
-    from specnoise.decoding import static_kv  # the engine's module (under -m this file runs as __main__)
     from specnoise.decoding.base import build_decoder
     from specnoise.models import load_model
 
-    static_kv.BUCKETS = tuple(buckets or static_kv.BUCKETS)
-
-    loaded = {role: load_model(ModelConfig(name=role, path=path, dtype=dtype, device=device, static_cache=False))
+    sizes = list(buckets or BUCKETS)
+    loaded = {role: load_model(ModelConfig(name=role, path=path, dtype=dtype, device=device, static_cache=False,
+                                           static_buckets=sizes))
               for role, path in (("model", model or str(ASSETS_DIR / "models/small-code-msn")),
                                  ("draft", draft or str(ASSETS_DIR / "models/small-code-draft")))}
     with gzip.open(ASSETS_DIR / "data/humaneval/HumanEval.jsonl.gz", "rt") as f:
