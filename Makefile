@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 export WANDB_SILENT ?= true
 
-.PHONY: setup demo test test-slow bench lint clean
+.PHONY: setup demo test test-slow check-experiments bench lint clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ test: setup
 
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
+
+# re-run every committed miniature (experiments/**/command.txt) and compare token and forward counts per row
+check-experiments: setup
+	$(BIN)/python -m pytest -m slow tests/test_check_experiments.py
 
 bench: setup
 	$(BIN)/python -m specnoise +experiment=bench-decoders

@@ -12,7 +12,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from specnoise.config import DECODER_SCHEMAS, Config, ConfigError, config_dir
-from specnoise.decoding.base import DECODER_MODULES
+from specnoise.decoding.base import DECODER_MODULES, decoder_class
 
 CONF = config_dir()
 GROUPS = ["model", "draft", "pair", "train", "data", "decoder", "benchmark", "logger"]
@@ -51,8 +51,8 @@ def test_pair_sets_model_and_draft():
 
 
 def test_shipped_models_resolve_inside_the_package():
-    conf = compose_object(["model=tiny-code-msn"])
-    assert Path(conf.model.path).is_absolute() and "assets/models/tiny-code-msn" in conf.model.path
+    conf = compose_object(["model=small-code-msn"])
+    assert Path(conf.model.path).is_absolute() and "assets/models/small-code-msn" in conf.model.path
 
 
 @pytest.mark.parametrize(
@@ -106,6 +106,8 @@ def test_cli_prints_composed_config():
         (["decoder=speculative", "decoder.gamma=-1", "logger=none"], "decoder.gamma: got -1, must be >= 1"),
         (["train=msn", "train.noise.length=0", "logger=none"], "train.noise.length: got 0, must be >= 1"),
         (["model.path=/nonexistent/model", "logger=none"], "no model at /nonexistent/model"),
+        (["decoder=pld", "decoder.top_p=0.9", "model.path=/nonexistent/model", "logger=none"],  # before any load
+         "decoder.top_p: decoder=pld is greedy-only"),
     ],
 )
 def test_cli_bad_input_gives_one_clear_line(args, message, tmp_path):
@@ -113,3 +115,56 @@ def test_cli_bad_input_gives_one_clear_line(args, message, tmp_path):
     assert out.returncode != 0
     assert message in out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("decoder,key,value", [("pld", "top_p", 0.9), ("lookahead", "top_k", 5),
+                                               ("jacobi", "temperature", 0.7), ("tr_jacobi", "top_k", 3),
+                                               ("hf_greedy", "temperature", 1.0), ("hf_assisted", "top_p", 0.5)])
+def test_greedy_only_decoders_reject_sampling_keys(decoder, key, value):
+    with pytest.raises(ConfigError, match=rf"decoder\.{key}: decoder={decoder} is greedy-only.*"
+                                          r"\(ar, speculative, ouroboros\)"):
+        compose_object([f"decoder={decoder}", f"decoder.{key}={value}"])
+
+
+@pytest.mark.parametrize("decoder", ["ar", "speculative", "ouroboros"])
+def test_sampling_decoders_take_every_sampling_key(decoder):
+    conf = compose_object([f"decoder={decoder}", "decoder.temperature=0.8", "decoder.top_p=0.9", "decoder.top_k=5",
+                           "decoders=[ar,speculative,ouroboros]"])
+    assert (conf.decoder.temperature, conf.decoder.top_p, conf.decoder.top_k) == (0.8, 0.9, 5)
+
+
+def test_decoders_list_shares_sampling_so_greedy_only_entries_are_rejected():
+    with pytest.raises(ConfigError, match=r"decoders\[\]: pld is greedy-only.*temperature=0\.8"):
+        compose_object(["decoder=speculative", "decoder.temperature=0.8", "decoders=[ouroboros,pld]"])
+    with pytest.raises(ConfigError, match=r"decoders\[\]: jacobi is greedy-only.*top_k=4"):
+        compose_object(["decoder=ar", "decoder.top_k=4", "decoders=[jacobi]"])
+    assert compose_object(["decoder=speculative", "decoders=[pld,jacobi]"]).decoders == ["pld", "jacobi"]  # greedy
+
+
+def test_schema_and_decoder_agree_on_who_samples():
+    for name, schema in DECODER_SCHEMAS.items():
+        assert schema.samples == decoder_class(name).supports_sampling, name
+
+
+def test_one_generation_length_for_a_benchmark():
+    with pytest.raises(ConfigError, match=r"decoder\.max_new_tokens: got 64 but benchmark\.max_new_tokens=512"):
+        compose_object(["benchmark=humaneval", "decoder.max_new_tokens=64"])
+    conf = compose_object(["benchmark=humaneval", "decoder.max_new_tokens=512"])  # repeating it is fine
+    assert conf.benchmark.max_new_tokens == 512
+    assert compose_object(["decoder.max_new_tokens=64"]).decoder.max_new_tokens == 64  # `prompt` generation
+
+
+def test_ouroboros_phrase_len_and_the_retired_beta():
+    conf = compose_object(["decoder=ouroboros_hh"])
+    assert conf.decoder.phrase_len == 5 and conf.decoder.beta is None
+    with pytest.raises(ConfigError, match=r"decoder\.beta: renamed decoder\.phrase_len.*decoder\.phrase_len=6"):
+        compose_object(["decoder=ouroboros", "decoder.beta=6"])
+    with pytest.raises(ConfigError, match=r"decoder\.phrase_len: got 0"):
+        compose_object(["decoder=ouroboros", "decoder.phrase_len=0"])
+
+
+@pytest.mark.parametrize("module", ["specnoise.decoding.trees", "specnoise.config"])
+def test_modules_import_first_without_a_cycle(module):
+    out = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parents[1])
+    assert out.returncode == 0, out.stderr

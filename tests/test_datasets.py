@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from specnoise.bench.datasets import dialogue_text, load_benchmark
+from specnoise.bench.datasets import dialogue_text, first_that_fit, load_benchmark, load_samples
 from specnoise.config import BenchmarkConfig, UserError, config_dir
 
 
@@ -130,7 +130,8 @@ def test_jsonl_fields_and_multi_turn(tmp_path):
     (['{"prompt": "ok"}', '{"prompt": broken'], r"p\.jsonl, line 2: not valid JSON"),
     (['{"prompt": "ok"}', "", '{"text": "no prompt"}'], r"p\.jsonl, line 3: missing field 'prompt' .*prompt_field"),
     (['["a list"]'], r"line 1: expected a JSON object"),
-    (['{"prompt": ""}'], r"line 1: missing field 'prompt'"),
+    (['{"prompt": "ok"}', '{"prompt": "  "}'], r"line 2: prompt 2 is empty \(field 'prompt'\)"),
+    (['{"prompt": ["first", ""]}'], r"line 1: turn 2 of prompt 1 is empty"),
     ([], r"p\.jsonl: no records"),
 ])
 def test_malformed_jsonl(tmp_path, rows, message):
@@ -145,3 +146,16 @@ def test_missing_file_and_duplicate_ids(tmp_path):
     path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a", "id": 1}, {"prompt": "b", "id": 1}])
     with pytest.raises(UserError, match="more than once.*id_field"):
         load_benchmark(bench("jsonl", f"benchmark.path={path}", "benchmark.id_field=id"), "raw")
+
+
+def test_limit_counts_the_prompts_that_fit(tmp_path):
+    rows = [{"prompt": "x" * 50}, {"prompt": "y" * 60}, {"prompt": "a"}, {"prompt": "z" * 70}, {"prompt": "b"},
+            {"prompt": "c"}]
+    cfg = bench("jsonl", f"benchmark.path={write_jsonl(tmp_path / 'p.jsonl', rows)}", "benchmark.limit=2")
+    samples = load_samples(cfg, "raw")
+    assert len(samples) == 6  # `limit` is not applied before the fit is known
+    kept, skipped = first_that_fit(samples, cfg.limit, lambda s: len(s.turns[0]) < 10)
+    assert [s.id for s in kept] == ["2", "4"] and [s.id for s in skipped] == ["0", "1", "3"]
+    kept, skipped = first_that_fit(samples, None, lambda s: len(s.turns[0]) < 10)
+    assert len(kept) == 3 and len(skipped) == 3
+    assert [s.id for s in load_benchmark(cfg, "raw")] == ["0", "1"]  # without a fit test: the first `limit`

@@ -95,7 +95,7 @@ def test_forward_cost_of_the_configured_model(tmp_path):
     path = save_tiny_model(tmp_path / "model")
     conf = configure(f"model.path={path}", *FAST, "forward_cost.plot=false")
     run_forward_cost(conf, tmp_path)
-    assert "model: tiny-code-msn" in (tmp_path / "forward_cost.md").read_text()
+    assert "model: small-code-msn" in (tmp_path / "forward_cost.md").read_text()
     assert not (tmp_path / "forward_cost.png").exists()
 
 

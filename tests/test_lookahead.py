@@ -10,7 +10,7 @@ from helpers_decoding import ar, cycle_successor, map_model
 from specnoise.config import LookaheadConfig
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import KVModel
-from specnoise.decoding.lookahead import LookaheadWindow, greedy_pick, layout, walk
+from specnoise.decoding.lookahead import LookaheadWindow, branch_points, greedy_pick, layout, walk
 from specnoise.decoding.ngram import NGramPool
 
 
@@ -48,10 +48,13 @@ def test_walk_takes_the_first_longest_match():
     for row, best in enumerate([4, 5, 9, 5, 6, 8, 1]):  # argmax per block index
         logits[row, best] = 1.0
     paths, nodes = [(4, 9), (4, 5, 6), (4, 5, 7)], [[1, 2], [3, 4, 5], [3, 4, 6]]
-    out, kept = walk(paths, nodes, 0, logits, greedy_pick)
+    pick = greedy_pick(logits.argmax(-1).tolist())
+    out, kept = walk(paths, nodes, 0, pick)
     assert out == [4, 5, 6, 8] and kept == [3, 4, 5]
-    assert walk([], [], 0, logits, greedy_pick) == ([4], [])
-    assert walk([(3,)], [[1]], 0, logits, greedy_pick) == ([4], [])
+    assert walk([], [], 0, pick) == ([4], [])
+    assert walk([(3,)], [[1]], 0, pick) == ([4], [])
+    # where a sampling walk may have to decide: the root, then each node reached by a distinct candidate
+    assert branch_points(paths, nodes, 0) == {0: [4], 1: [9, 5], 2: [], 4: [6, 7], 5: [], 6: []}
 
 
 def test_window_warms_up_then_feeds_the_pool(target):
@@ -59,7 +62,7 @@ def test_window_warms_up_then_feeds_the_pool(target):
     n-grams for the pool."""
     N, W = 4, 3
     pool = NGramPool(5)
-    window = LookaheadWindow(N, W, pool, [5, 6, 7, 8], torch.Generator().manual_seed(0))
+    window = LookaheadWindow(N, W, pool, [5, 6, 7, 8], torch.Generator().manual_seed(0), torch.Tensor.tolist)
     model, seq = KVModel(target.model), [5, 6, 7, 8]
     lengths, sizes = [], []
     for _ in range(4):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
-from specnoise.config import NoiseConfig
+from specnoise.config import ConfigError, NoiseConfig
 from specnoise.training.collator import Collator
 from specnoise.training.noise import add_noise, lowest_loss_starts, segment_lengths
+from specnoise.training.preflight import check_noise_fits, noise_fit_counts
 
 PAD = 0
 
@@ -135,3 +138,53 @@ def test_short_responses_follow_the_documented_rule(rule):
     assert sum(changed) >= sum(expected) - 2
     assert collator.stats["noise/short_skipped"] == (1 if rule == "shrink" else 4)
     assert collator.stats["noise/short_shrunk"] == (3 if rule == "shrink" else 0)
+
+
+def test_short_responses_are_skipped_by_default_as_in_the_paper():
+    assert NoiseConfig().short_response == "skip"
+
+
+def rows_with_responses(*response_lens: int, prompt: int = 3) -> list[dict]:
+    """Features whose responses (EOS included) have the given token counts."""
+    return [{"input_ids": list(range(10, 10 + prompt + r)), "prompt_len": prompt} for r in response_lens]
+
+
+@pytest.mark.parametrize("rule", ["shrink", "skip"])
+def test_fit_counts_follow_the_collator(rule):
+    # responses of 1 (empty: only EOS), 2..4 (short for a 4-token segment) and 5, 6, 9 tokens (fit)
+    rows = rows_with_responses(1, 2, 3, 4, 5, 6, 9)
+    noise = NoiseConfig(length=4, short_response=rule)
+    counts = noise_fit_counts(rows, noise)
+    collator = Collator(PAD, noise, vocab_size=50)
+    collator(rows)
+    assert counts["full"] == 3 and counts["empty"] == 1
+    assert counts["shrunk"] == collator.stats["noise/short_shrunk"] == (3 if rule == "shrink" else 0)
+    assert counts["skipped"] == (0 if rule == "shrink" else 3)
+    assert counts["skipped"] + counts["empty"] == collator.stats["noise/short_skipped"]
+
+
+def test_noise_longer_than_every_response_stops_training():
+    rows = rows_with_responses(2, 3, 5, 5)  # at most 4 tokens can be noised
+    with pytest.raises(ConfigError, match=r"train\.noise\.length=8: no sample would be noised.*plain SFT.*of 4 "
+                                          r"training samples 0 fit.* 4 skipped"):
+        check_noise_fits(rows, NoiseConfig(length=8, short_response="skip"))
+    with pytest.raises(ConfigError, match=r"train\.noise\.length=8: most samples would get a shrunk segment.*"
+                                          r"4 would be shrunk"):
+        check_noise_fits(rows, NoiseConfig(length=8, short_response="shrink"))
+    with pytest.raises(ConfigError, match="no sample would be noised.*4 have an empty response"):
+        check_noise_fits(rows_with_responses(1, 1, 1, 1), NoiseConfig(length=1, short_response="shrink"))
+    with pytest.raises(ConfigError, match=r"most samples would get no noise.*1 fit.*2 skipped.*1 have an empty"):
+        check_noise_fits(rows_with_responses(1, 2, 3, 9), NoiseConfig(length=4))  # a few noised is not MSN either
+
+
+def test_partly_short_responses_warn_with_counts(caplog):
+    rows = rows_with_responses(1, 3, 9, 9, 9)
+    with caplog.at_level(logging.WARNING, logger="specnoise.train"):
+        counts = check_noise_fits(rows, NoiseConfig(length=4, short_response="shrink"))
+    assert (counts["full"], counts["shrunk"], counts["empty"]) == (3, 1, 1)
+    assert "of 5 training samples 3 fit a 4-token segment, 1 would be shrunk, 0 skipped" in caplog.text
+    assert "1 have an empty response" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="specnoise.train"):
+        check_noise_fits(rows_with_responses(9, 9), NoiseConfig(length=4))
+    assert not caplog.text  # every sample fits: nothing to say

@@ -31,8 +31,8 @@ from specnoise.decoding.sampling import warp
 CONFIGS = {  # each ablation switch (the defaults run in test_lossless.py)
     "no-phrase-drafting+specbench": dict(phrase_drafting=False, harvest="specbench"),
     "no-lengthening+no-reuse": dict(lengthening=False, reuse_history=False),
-    "small+faithful": dict(gamma=2, W=4, beta=2, K=2, faithful=True),
-    "no-harvest+long": dict(harvest="none", gamma=8, beta=5),
+    "small+faithful": dict(gamma=2, W=4, phrase_len=2, K=2, faithful=True),
+    "no-harvest+long": dict(harvest="none", gamma=8, phrase_len=5),
 }
 
 
@@ -65,17 +65,17 @@ def cycle(family):
 @pytest.mark.parametrize("faithful", [False, True])
 def test_drafts_and_phrases_are_accepted(cycle, faithful):
     """A cycling model drafting for itself: after warm-up every step accepts gamma drafts and a whole phrase."""
-    cfg = OuroborosConfig(gamma=6, beta=4, W=8, faithful=faithful)
+    cfg = OuroborosConfig(gamma=6, phrase_len=4, W=8, faithful=faithful)
     decoder = build_decoder(cfg, cycle, cycle)
     out = decoder.generate([3, 4, 5], 80)
     assert out.tokens == ar(cycle, [3, 4, 5], 64) + (CYCLE * 4)[4:20]
-    assert max(out.accepted) == cfg.gamma + cfg.beta + (0 if faithful else 1)
+    assert max(out.accepted) == cfg.gamma + cfg.phrase_len + (0 if faithful else 1)
 
 
 @pytest.mark.parametrize("eos", [13, 14])
 def test_stops_at_an_eos_inside_an_accepted_phrase(family, eos):
     model = map_model(family, cycle_successor, {eos})
-    decoder = build_decoder(OuroborosConfig(gamma=2, beta=4, W=8), model, model)
+    decoder = build_decoder(OuroborosConfig(gamma=2, phrase_len=4, W=8), model, model)
     decoder.pool.insert(11, (12, 13, 14, 10))  # history: the phrase after the draft [10, 11]
     out = decoder.generate(CYCLE * 2, 30)
     assert out.tokens == ar(model, CYCLE * 2, 30) == CYCLE[:CYCLE.index(eos) + 1]
@@ -83,7 +83,7 @@ def test_stops_at_an_eos_inside_an_accepted_phrase(family, eos):
 
 
 def test_budget_inside_an_accepted_phrase(cycle):
-    decoder = build_decoder(OuroborosConfig(gamma=3, beta=4, W=8), cycle, cycle)
+    decoder = build_decoder(OuroborosConfig(gamma=3, phrase_len=4, W=8), cycle, cycle)
     full = ar(cycle, [3, 4, 5], 40)
     for budget in range(1, 20):
         out = decoder.generate([3, 4, 5], budget)
@@ -107,7 +107,7 @@ def test_harvest_specbench_tops_short_bodies_up_with_phrase_predictions():
 def test_tried_phrases_become_their_verified_versions(target, draft):
     """Paper refresh: after a fully accepted draft, each tried phrase is replaced by the target's predictions
     (u0 after the draft, then the prediction after each phrase token)."""
-    decoder = build_decoder(OuroborosConfig(beta=3), target, draft)
+    decoder = build_decoder(OuroborosConfig(phrase_len=3), target, draft)
     decoder.pool.insert(9, (1, 2, 3))
     decoder.pool.insert(9, (4, 5, 6))
     y = [0, 42, 43, 50, 51, 52, 60, 61, 62]  # argmax per row: before d[0], after d[0], after d[-1], phrase tokens
@@ -141,7 +141,7 @@ def test_sampling_keeps_the_target_distribution():
     multi-candidate rejection. Both marginals must be the target's exactly."""
     target, drafter = tiny_pair()
     target = dataclasses.replace(target, eos_ids=frozenset())
-    cfg = OuroborosConfig(temperature=1.0, gamma=3, W=4, beta=1, K=3, seed=2)
+    cfg = OuroborosConfig(temperature=1.0, gamma=3, W=4, phrase_len=1, K=3, seed=2)
     first, second = exact_marginals(target, cfg)
     d0 = int(KVModel(drafter.model).forward(PROMPT)[-1].argmax())
     p_after = warp(KVModel(target.model).forward(PROMPT + [d0])[-1], cfg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,13 +12,13 @@ import pandas as pd
 import pytest
 
 from specnoise.config import ReportConfig, UserError
-from specnoise.report import build_report, collect
+from specnoise.report import build_report, collect, find_jobs
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def result_row(decoder: str, category: str = "all", speedup: float = 1.0, mat: float = 1.0, **kw) -> dict:
-    row = dict(decoder=decoder, model="tiny-code-msn", draft=None, benchmark="spec_bench", category=category,
+    row = dict(decoder=decoder, model="small-code-msn", draft=None, benchmark="spec_bench", category=category,
                prompts=2, new_tokens=64, target_forwards=int(64 / mat), draft_forwards=0, mean_accepted_tokens=mat,
                seconds=1.0 / speedup, tokens_per_second=64 * speedup, ar_seconds=1.0, ar_tokens_per_second=64.0,
                speedup=speedup, lossless_fraction=1.0, task_score=None, score_metric=None)
@@ -79,14 +80,14 @@ def test_numeric_sweep_key_is_detected_and_can_be_overridden(tmp_path):
 
 def test_categorical_sweep_groups_bars_without_a_line_plot(tmp_path):
     root = tmp_path / "multirun"
-    for num, model in enumerate(("tiny-code-sft", "tiny-code-msn")):
+    for num, model in enumerate(("small-code-sft", "small-code-msn")):
         rows = [result_row("ar", model=model), result_row("jacobi", speedup=1.1 + num, mat=1.2 + num, model=model)]
         write_job(root / str(num), [f"model={model}"], rows)
     out = tmp_path / "out"
     build_report([root], out)
     assert (out / "decoders.png").is_file() and not list(out.glob("sweep_*.png"))
     main = (out / "report.md").read_text().split("## Results (category all)")[1]
-    assert "tiny-code-sft" in main and "tiny-code-msn" in main
+    assert "small-code-sft" in main and "small-code-msn" in main
 
 
 def test_several_roots_single_runs_and_train_only_jobs(tmp_path, monkeypatch):
@@ -147,11 +148,41 @@ def test_task_report_entry_point(tmp_path):
 
 
 def test_jobs_without_a_draft_stay_in_the_category_tables(tmp_path):
-    for num, draft in enumerate((None, "tiny-code-draft")):
+    for num, draft in enumerate((None, "small-code-draft")):
         rows = [result_row(d, cat, speedup=1.5, draft=draft) for d in ("ar", "pld") for cat in ("all", "qa", "rag")]
-        write_job(tmp_path / "sweep" / str(num), [f"pair={'none' if draft is None else 'tiny-code'}"], rows)
+        write_job(tmp_path / "sweep" / str(num), [f"pair={'none' if draft is None else 'small-code'}"], rows)
     build_report([tmp_path / "sweep"], tmp_path / "out")
     df = pd.read_csv(tmp_path / "out" / "report.csv")
-    assert set(df["draft"]) == {"none", "tiny-code-draft"}
+    assert set(df["draft"]) == {"none", "small-code-draft"}
     by_category = (tmp_path / "out" / "report.md").read_text().split("## speedup by category")[1].split("##")[0]
     assert by_category.count("| pld ") == 2  # one row per job, the draft-less one included
+
+
+def test_report_of_a_folder_that_already_holds_a_report(tmp_path):
+    sweep = gamma_sweep(tmp_path / "sweep")
+    write_job(sweep / "report", ["task=report", f"report.runs=[{sweep}]"])  # a task=report run kept inside it
+    old = os.umask(0o022)
+    try:
+        build_report([sweep], sweep / "report")  # used to fail sorting the folders 0, 1, 2, report
+    finally:
+        os.umask(old)
+    df, jobs = collect([sweep])
+    assert [j.path.name for j in jobs] == ["0", "1", "2"]
+    for name in ("report.md", "report.csv", "decoders.png"):  # the umask's mode, not mkstemp's 0600
+        assert (sweep / "report" / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_natural_order_of_job_folders(tmp_path):
+    for name in ("10", "2", "report", "1"):
+        write_job(tmp_path / name, ["decoder=pld"], [result_row("ar")])
+    assert [p.name for p in find_jobs([tmp_path])] == ["1", "2", "10", "report"]
+
+
+def test_an_interrupted_job_is_listed_as_incomplete(tmp_path):
+    job = write_job(tmp_path / "0", ["decoder=pld"])
+    (job / "results.json").write_text(json.dumps({"rows": [result_row("ar"), result_row("pld", speedup=1.2)],
+                                                  "complete": False, "interrupted": "SIGTERM",
+                                                  "progress": {"prompts": 3, "of": 10, "resumed": 0}}))
+    build_report([tmp_path], tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Incomplete jobs" in text and "stopped by SIGTERM after 3 of 10 prompts" in text

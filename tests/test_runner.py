@@ -88,7 +88,7 @@ def test_results_files_and_their_meanings(models, prompt_file, tmp_path, capsys)
     rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
     assert set(rows) == {("ar", "code"), ("ar", "prose"), ("ar", "all")}
     every = rows[("ar", "all")]
-    assert every["prompts"] == 4 and every["turns"] == 5 and every["model"] == "tiny-code-msn"
+    assert every["prompts"] == 4 and every["turns"] == 5 and every["model"] == "small-code-msn"
     assert every["draft"] is None and every["benchmark"] == "jsonl" and every["max_new_tokens"] == 8
     assert every["speedup"] == 1.0 and every["lossless_fraction"] == 1.0 and every["sb_speedup"] == 1.0
     assert every["task_score"] is None and every["score_metric"] is None  # jsonl has no scorer
@@ -232,3 +232,50 @@ def test_command_line_end_to_end(models, prompt_file, tmp_path):
     results = json.loads((run_dir / "results.json").read_text())
     assert next(r for r in results["rows"] if r["category"] == "all")["prompts"] == 3
     assert len((run_dir / "per_prompt.jsonl").read_text().splitlines()) == 4  # prompt 1 has two turns
+
+
+def test_rerun_in_the_same_directory_continues_and_refuses_other_settings(models, prompt_file, tmp_path):
+    old = os.umask(0o022)
+    try:
+        _, first, rows = run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file))
+    finally:
+        os.umask(old)
+    for name in ("results.json", "per_prompt.jsonl", "resume.json"):  # the umask's mode, not mkstemp's 0600
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
+    assert first["complete"] is True and first["progress"] == {"prompts": 4, "of": 4, "resumed": 0}
+    assert all(r["tokens"] and len(r["tokens"]) == r["new_tokens"] for r in rows)
+
+    # a hard kill inside prompt "1" (two turns): its second turn is missing, and half a line follows
+    kept = [r for r in rows if (r["id"], r["turn"]) != ("1", 1)]
+    (tmp_path / "per_prompt.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"id": "3", "tu')
+    _, second, again = run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file))
+    assert second["progress"] == {"prompts": 4, "of": 4, "resumed": 3}  # prompt 1 ran again, the others did not
+    assert [(r["id"], r["turn"], r["seconds"]) for r in again if r["id"] != "1"] == \
+        [(r["id"], r["turn"], r["seconds"]) for r in rows if r["id"] != "1"]
+    assert [r["tokens"] for r in again] == [r["tokens"] for r in rows]  # greedy: the rerun prompt is the same
+    assert [r["prompts"] for r in second["rows"]] == [r["prompts"] for r in first["rows"]]
+
+    with pytest.raises(UserError, match=r"other settings \(benchmark.max_new_tokens: 8 -> 6\)"):
+        run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file), "benchmark.max_new_tokens=6")
+    with pytest.raises(UserError, match=r"other settings \(decoders: \[\] -> \['pld'\]\)"):
+        run(models, tmp_path, "decoder=ar", "decoders=[pld]", *jsonl_args(prompt_file))
+
+
+def test_limit_counts_prompts_that_fit(models, tmp_path):
+    article = "The quick brown fox jumps over the lazy dog. " * 40
+    path = tmp_path / "long_first.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in [article, article, "def add(a, b):", article,
+                                                                      "for i in range(10):", "print(i)"]))
+    _, results, per_prompt = run(models, tmp_path / "run", "decoder=ar", "benchmark=jsonl", f"benchmark.path={path}",
+                                 "benchmark.prompt_field=text", "benchmark.limit=2", "benchmark.max_prompt_tokens=64")
+    assert results["skipped"]["prompts"] == 3 and results["skipped"]["ids"] == ["0", "1", "3"]
+    assert [r["id"] for r in per_prompt] == ["2", "4"]  # `limit` counts the prompts that fit
+    assert results["rows"][-1]["prompts"] == 2
+
+
+def test_a_trained_model_is_named_after_its_run(models, prompt_file, tmp_path):
+    conf, cfg = configure(models, "decoder=ar", "train=msn", *jsonl_args(prompt_file), "benchmark.limit=1")
+    run_dir = tmp_path / "7"
+    run_benchmark(conf, cfg, run_dir, model_path=str(models["target"]))  # as if job 7 had trained it
+    rows = json.loads((run_dir / "results.json").read_text())["rows"]
+    assert {r["model"] for r in rows} == {f"{conf.model.name}+msn@7"}  # never the base model's name

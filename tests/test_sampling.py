@@ -42,7 +42,16 @@ def test_warp_temperature_top_k_top_p():
     assert torch.allclose(top2, torch.cat([torch.softmax(logits[:2], -1), torch.zeros(2)]))
     nucleus = warp(logits, ARConfig(temperature=1.0, top_p=0.5))  # the first token alone holds 0.64
     assert nucleus.tolist() == [1.0, 0.0, 0.0, 0.0]
-    assert next_token(logits, ARConfig(), torch.Generator()) == 0
+    assert int(next_token(logits, ARConfig(), torch.Generator())) == 0
+
+
+def test_sample_draws_rows_in_proportion_to_unnormalised_weights():
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.tensor([[0.0, 2.0, 0.0, 6.0], [1.0, 0.0, 0.0, 0.0]])  # rows need not sum to 1
+    draws = torch.stack([sample(weights, gen) for _ in range(TRIALS)])
+    assert draws.shape == (TRIALS, 2) and (draws[:, 1] == 0).all()
+    assert set(draws[:, 0].tolist()) == {1, 3}  # zero weights are never drawn
+    assert tv(torch.bincount(draws[:, 0], minlength=4).float(), weights[0] / 8) < THRESHOLD
 
 
 def test_fit_vocab_slices_padding_rows_and_never_picks_missing_rows():
@@ -57,21 +66,24 @@ def test_residual_and_its_guard():
     p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3])
     assert torch.allclose(residual(p, q), torch.tensor([1.0, 0.0, 0.0]))
     assert torch.equal(residual(p, p.clone()), p)  # p == q: nothing left to correct, sample p itself
+    rows = residual(torch.stack([p, p]), torch.stack([q, p]))  # row by row
+    assert torch.allclose(rows, torch.stack([torch.tensor([1.0, 0.0, 0.0]), p]))
 
 
 def test_accepts_is_min_one_p_over_q():
-    gen = torch.Generator().manual_seed(0)
-    p, q = torch.tensor([0.2, 0.8]), torch.tensor([0.8, 0.2])
-    rate = sum(accepts(p, q, 0, gen) for _ in range(TRIALS)) / TRIALS
-    assert abs(rate - 0.25) < 0.03
-    assert all(accepts(p, q, 1, gen) for _ in range(200))  # p >= q: always kept
-    assert not any(accepts(torch.tensor([0.0, 1.0]), q, 0, gen) for _ in range(200))
+    """All drafts at once, one uniform each."""
+    u = torch.rand(TRIALS, generator=torch.Generator().manual_seed(0))
+    p, q = torch.tensor([[0.2, 0.8]]).expand(TRIALS, 2), torch.tensor([[0.8, 0.2]]).expand(TRIALS, 2)
+    zeros, ones = torch.zeros(TRIALS, dtype=torch.long), torch.ones(TRIALS, dtype=torch.long)
+    assert abs(float(accepts(p, q, zeros, u).float().mean()) - 0.25) < 0.03
+    assert accepts(p, q, ones, u).all()  # p >= q: always kept
+    assert not accepts(torch.tensor([[0.0, 1.0]]).expand(TRIALS, 2), q, zeros, u).any()
 
 
 def first_token_counts(fn, v: int) -> torch.Tensor:
     counts = torch.zeros(v)
     for _ in range(TRIALS):
-        counts[fn()] += 1
+        counts[int(fn())] += 1
     return counts
 
 
@@ -81,8 +93,9 @@ def test_speculative_sample_keeps_the_target_distribution(seed):
     p, q = torch.stack([dist(seed), dist(seed + 10)]), dist(seed + 20).view(1, -1)
 
     def once():
-        d = sample(q[0], gen)
-        return speculative_sample(p, q, [d], gen)[0]
+        d = sample(q[0], gen).view(1)
+        accepted, token = speculative_sample(p, q, d, gen)
+        return d[0] if accepted else token
 
     assert tv(first_token_counts(once, v), p[0]) < THRESHOLD
     # the sampler that trusts the draft (accepts every draft) is wrong, and the test can see it
@@ -96,8 +109,8 @@ def test_speculative_sample_second_token_after_full_acceptance():
     q = dist(3, v).view(1, -1)
 
     def once():
-        out = speculative_sample(p, q, [sample(q[0], gen)], gen)
-        return out[1] if len(out) == 2 else sample(p[1], gen)  # after a rejection the next step samples p
+        accepted, token = speculative_sample(p, q, sample(q[0], gen).view(1), gen)
+        return token if accepted else sample(p[1], gen)  # after a rejection the next step samples p
 
     assert tv(first_token_counts(once, v), p[1]) < THRESHOLD
 
@@ -106,12 +119,12 @@ def test_speculative_sample_second_token_after_full_acceptance():
 def test_multi_candidate_accept_keeps_the_target_distribution(candidates):
     v, gen = 6, torch.Generator().manual_seed(5)
     p = dist(7, v)
-    counts = first_token_counts(lambda: multi_candidate_accept(p, candidates, gen)[0], v)
-    assert tv(counts, p) < THRESHOLD
-    token, hit = multi_candidate_accept(torch.tensor([0.0, 1.0, 0.0]), [1], gen)
-    assert (token, hit) == (1, True)
-    token, hit = multi_candidate_accept(torch.tensor([0.0, 1.0, 0.0]), [0, 2], gen)
-    assert (token, hit) == (1, False)
+    tokens, hits = multi_candidate_accept(p.expand(TRIALS, v), [candidates] * TRIALS, gen)  # rows are independent
+    assert tv(torch.bincount(tokens, minlength=v).float(), p) < THRESHOLD
+    assert torch.equal(hits, torch.isin(tokens, torch.tensor(candidates, dtype=torch.long)))
+    certain = torch.tensor([[0.0, 1.0, 0.0]] * 3)
+    tokens, hits = multi_candidate_accept(certain, [[1], [0, 2], []], gen)
+    assert tokens.tolist() == [1, 1, 1] and hits.tolist() == [True, False, False]
 
 
 def test_accepting_candidates_without_renormalising_fails_the_same_threshold():
@@ -126,3 +139,12 @@ def test_accepting_candidates_without_renormalising_fails_the_same_threshold():
         return sample(p, gen)
 
     assert tv(first_token_counts(wrong, v), p) > THRESHOLD
+
+
+def test_multi_candidate_accept_rows_see_only_their_own_candidates():
+    """Different candidates per row (padded inside): the second token of each row keeps p too."""
+    v, gen = 6, torch.Generator().manual_seed(8)
+    p = torch.stack([dist(9, v), dist(10, v)]).repeat(TRIALS // 2, 1)
+    tokens, _ = multi_candidate_accept(p, [[4, 0, 5], [2]] * (TRIALS // 2), gen)
+    for row in (0, 1):
+        assert tv(torch.bincount(tokens[row::2], minlength=v).float(), p[row]) < THRESHOLD

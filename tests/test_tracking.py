@@ -53,7 +53,7 @@ def test_none_and_disabled_are_no_ops(tmp_path):
 
 def test_tags():
     conf, _ = composed("decoder=jacobi", "decoders=[pld]", "benchmark=humaneval", "logger.tags=[mine]")
-    assert run_tags(conf) == ["decoder:jacobi", "model:tiny-code-msn", "benchmark:humaneval", "decoder:pld", "mine"]
+    assert run_tags(conf) == ["decoder:jacobi", "model:small-code-msn", "benchmark:humaneval", "decoder:pld", "mine"]
 
 
 def test_offline_run_is_written_under_the_run_dir(no_key, tmp_path):
@@ -68,3 +68,18 @@ def test_offline_run_is_written_under_the_run_dir(no_key, tmp_path):
         tracker.table("results", pd.DataFrame({"decoder": ["ar"], "speedup": [1.0]}))
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("run-*.wandb"))  # syncable with `wandb sync`
+
+
+def test_resumed_training_continues_the_same_run(no_key, tmp_path):
+    conf, cfg = composed("train=msn", "logger.mode=offline")
+    run_dir = tmp_path / "run"
+    ids = []
+    for resume in (False, True):
+        with start_run(conf, cfg, run_dir, job_type="train", resume=resume) as tracker:
+            ids.append(tracker.run.id)
+            tracker.log({"loss": 2.0 - resume}, step=10 * (1 + resume))
+    assert ids[0] == ids[1] == (run_dir / "wandb" / "train.id").read_text()
+    with start_run(conf, cfg, run_dir, job_type="train") as tracker:  # a fresh start in the same folder: a new run
+        assert tracker.run.id != ids[0]
+    with start_run(conf, cfg, tmp_path / "other", job_type="train", resume=True) as tracker:  # nothing to resume
+        assert tracker.run.id not in ids

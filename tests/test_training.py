@@ -12,10 +12,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from specnoise.config import DataConfig, TrainConfig, UserError, config_dir
+from specnoise.config import ConfigError, DataConfig, TrainConfig, UserError, config_dir
 from specnoise.data.sft import load_sft
 from specnoise.training import train
 from specnoise.training.pretrain import train_tokenizer
+from specnoise.training.trainer import SpecnoiseTrainer
 
 TINY = ["train.arch.hidden_size=32", "train.arch.intermediate_size=64", "train.arch.num_hidden_layers=1",
         "train.arch.num_attention_heads=2", "train.arch.num_key_value_heads=1", "train.arch.vocab_size=300"]
@@ -56,22 +57,39 @@ def run(tmp_path, overrides: list[str], run_dir: str = "run"):
 
 
 def fine_tune(stage, base, sft_file, *extra):
-    return [f"train={stage}", "model=tiny-code", f"model.path={base}", "data=jsonl", f"data.path={sft_file}",
+    return [f"train={stage}", "model=small-code", f"model.path={base}", "data=jsonl", f"data.path={sft_file}",
             "train.per_device_batch_size=4", "train.max_seq_len=64", "train.eval_samples=4", *extra]
+
+
+@pytest.fixture
+def evaluations(monkeypatch) -> list[int]:
+    """The global step of every held-out evaluation (in-training ones and the final one)."""
+    steps = []
+    evaluate = SpecnoiseTrainer.evaluate
+
+    def counted(self, *args, **kwargs):
+        steps.append(self.state.global_step)
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SpecnoiseTrainer, "evaluate", counted)
+    return steps
 
 
 def loads(folder):
     model = AutoModelForCausalLM.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    assert tokenizer.eos_token_id is not None and model.generation_config.eos_token_id == tokenizer.eos_token_id
+    # transformers 5.17's Trainer saves the generation config's EOS as a one-element list, 5.23 as an int
+    assert tokenizer.eos_token_id is not None
+    assert model.generation_config.eos_token_id in (tokenizer.eos_token_id, [tokenizer.eos_token_id])
     out = model.generate(torch.tensor([tokenizer("def f(")["input_ids"]]), max_new_tokens=3, do_sample=False)
     assert out.shape[1] >= 4
     return model
 
 
 @pytest.mark.parametrize("stage", ["sft", "msn"])
-def test_fine_tune_saves_a_loadable_model(tmp_path, base, sft_file, stage):
+def test_fine_tune_saves_a_loadable_model(tmp_path, base, sft_file, stage, evaluations):
     final, run_dir = run(tmp_path, fine_tune(stage, base, sft_file, "train.max_steps=3", "train.save_steps=2"))
+    assert evaluations == [2, 3]  # every save_steps, and once at the end (Trainer's own final one is skipped)
     assert final == run_dir / "model"
     loads(final)
     summary = json.loads((run_dir / "train_results.json").read_text())
@@ -92,12 +110,25 @@ def test_pretrain_trains_tokenizer_and_model(tmp_path):
     assert (run_dir / "tokenizer" / "tokenizer.json").is_file()
 
 
-def test_resume_continues_from_the_checkpoint(tmp_path, base, sft_file):
+def hydra_wrote(run_dir, *overrides: str) -> None:
+    """What Hydra's app does at every job start, before any of our code runs."""
+    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path, base, sft_file, evaluations):
     steps = fine_tune("msn", base, sft_file, "train.save_steps=2", "train.per_device_batch_size=2")
     with pytest.raises(UserError, match="hydra.run.dir"):
         run(tmp_path, [*steps, "train.max_steps=2", "train.resume=true"], run_dir="fresh")
+    hydra_wrote(tmp_path / "run", "train=msn", "train.max_steps=3")
     run(tmp_path, [*steps, "train.max_steps=2"])  # "killed" after its checkpoint at step 2
+    evaluations.clear()
+    hydra_wrote(tmp_path / "run", "train=msn", "train.max_steps=3", "train.resume=true")
     final, run_dir = run(tmp_path, [*steps, "train.max_steps=3", "train.resume=true"])
+    assert evaluations == [3]  # the held-out set once, at the end
+    hydra = run_dir / ".hydra"
+    assert (hydra / "overrides.yaml").read_text() == "- train=msn\n- train.max_steps=3\n"  # what the report reads
+    assert "train.resume=true" in (hydra / "overrides.resume.yaml").read_text()
     summary = json.loads((run_dir / "train_results.json").read_text())
     state = json.loads((run_dir / "checkpoints" / "checkpoint-3" / "trainer_state.json").read_text())
     assert summary["steps"] == 3 and state["global_step"] == 3
@@ -143,3 +174,27 @@ def test_unreachable_hub_dataset_names_data_path(monkeypatch, base):
     tokenizer = AutoTokenizer.from_pretrained(base)
     with pytest.raises(UserError, match="data.path"):
         load_sft(DataConfig(name="x", hub="no-such-user/no-such-set"), tokenizer, "raw", TrainConfig(name="sft"))
+
+
+def test_noise_longer_than_the_responses_stops_before_the_model_loads(tmp_path, base, sft_file, monkeypatch):
+    import specnoise.models
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the noise check")
+
+    monkeypatch.setattr(specnoise.models, "load_model", no_loading)
+    for rule, reason in (("skip", "no sample would be noised"), ("shrink", "most samples would get a shrunk")):
+        with pytest.raises(ConfigError, match=f"train.noise.length=60: {reason}.*of 27 training samples 0 fit"):
+            run(tmp_path, fine_tune("msn", base, sft_file, "train.noise.length=60",
+                                    f"train.noise.short_response={rule}"), run_dir=rule)
+        assert not (tmp_path / rule / "checkpoints").exists()
+
+
+def test_unwritable_output_dir_fails_before_training(tmp_path, base, sft_file):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="train.output_dir: cannot write to .*a-file/model"):
+        run(tmp_path, fine_tune("sft", base, sft_file, f"train.output_dir={tmp_path}/a-file/model"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    final, _ = run(tmp_path, fine_tune("sft", base, sft_file, "train.max_steps=1", "train.output_dir=out/model",
+                                       "train.eval_samples=0"))
+    assert final == tmp_path / "run" / "out" / "model" and (final / "config.json").is_file()

@@ -103,7 +103,9 @@ def test_auto_tree_tokens_equal_ar(target):
         outs.append(decoder.generate(prompt, 30))
         assert outs[-1].tokens == ar(target, prompt, 30)
         assert (not decoder.fastest) == (i < 1)  # the full template until calibrated, then a sub-tree
-        assert decoder.stats.steps == sum(out.target_forwards for out in outs)  # every step is learnt from
+        # every step is learnt from but the last few of a generation, whose trees are cut at the budget
+        forwards = sum(out.target_forwards for out in outs)
+        assert forwards - decoder.full.rows * len(outs) <= decoder.stats.steps <= forwards
     assert decoder.meta["tree"] == f"auto({AUTO_TEMPLATE})" and decoder.meta["observed_steps"] == decoder.stats.steps
     assert len(decoder.tree.nodes) == decoder.meta["tree_nodes"] and decoder.R == decoder.meta["retrieval_len"]
 
@@ -115,7 +117,7 @@ def test_auto_tree_learns_the_accepted_nodes():
     prompt = [5, 6] + CYCLE * 2
     with_retrieval = build_decoder(TRJacobiConfig(tree="auto"), target)
     stats = with_retrieval.stats
-    assert with_retrieval.generate(prompt, 40).tokens == ar(target, prompt, 40)
+    assert with_retrieval.generate(prompt, 64).tokens == ar(target, prompt, 64)
     assert stats.hits[:5] == stats.trials[:5] == [stats.steps] * 5  # the chain: always right
     assert max(stats.hits[5:]) < stats.steps / 2  # the rest is ahead noise (a fully accepted path leaves no rows)
     assert with_retrieval.R == 5 and with_retrieval.meta["expected_accepted"] > 5

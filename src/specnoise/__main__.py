@@ -4,12 +4,18 @@ One job = compose and check the config, then run its stages in order: train (if 
 ``none``), benchmark what was trained or the configured model (if ``benchmark`` is not ``none``), or,
 with neither, generate a completion of ``prompt``. ``task=report`` collects earlier runs instead;
 ``task=forward_cost`` times one target forward of q new tokens.
+
+A job holds its run directory's lock while it runs (a second job there refuses). Exit status: 0 done; 2 bad
+input (one line, and FAILED.json); 1 a crash (FAILED.json with the traceback, which is also shown) or, for a
+sweep, any failed job; 130 / 143 a benchmark stopped by SIGINT / SIGTERM (results.json of the finished prompts).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -20,14 +26,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from specnoise.config import Config, UserError, config_dir
+from specnoise.files import RunDirBusy, RunLock, write_atomic
 
 log = logging.getLogger("specnoise")
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig, run_dir: Path) -> dict:
     """Run one job; returns a small summary (also what multirun jobs leave in their directory)."""
     conf: Config = OmegaConf.to_object(cfg)  # dataclass __post_init__ checks every range here
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
 
     if conf.task == "report":
         from specnoise.report import run_report
@@ -41,9 +47,14 @@ def run(cfg: DictConfig) -> dict:
     summary: dict = {}
     model_path = conf.model.path
     if conf.train.name != "none":
+        from specnoise.bench.progress import trained_model
         from specnoise.training import train
 
-        model_path = str(train(conf, cfg, run_dir))
+        model_path = trained_model(run_dir, cfg)  # a continued benchmark keeps the weights it started on
+        if model_path:
+            log.info("continuing with the model this job trained before: %s", model_path)
+        else:
+            model_path = str(train(conf, cfg, run_dir))
         summary["trained_model"] = model_path
     if conf.benchmark.name != "none":
         from specnoise.bench.runner import run_benchmark
@@ -63,22 +74,36 @@ def _is_multirun() -> bool:
         return False
 
 
+def _fail(run_dir: Path, message: str, trace: str | None) -> None:
+    """A failed job leaves its error in its own directory (the report lists it; a sweep exits non-zero)."""
+    write_atomic(run_dir / "FAILED.json", json.dumps({"error": message, "traceback": trace}, indent=2))
+    log.error(message)
+
+
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def main(cfg: DictConfig) -> dict | None:
-    try:
-        return run(cfg)
-    except (UserError, FileNotFoundError) as err:
-        message = f"error: {err}"
-        trace = None
-    except Exception as err:  # noqa: BLE001 - a sweep must outlive one failing job
-        if not _is_multirun():
-            raise
-        message, trace = f"error: {type(err).__name__}: {err}", traceback.format_exc()
-    # A failed job leaves its error in its own directory; in a sweep the other jobs go on.
+    from specnoise.bench.progress import Interrupted
+
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "FAILED.json").write_text(json.dumps({"error": message, "traceback": trace}, indent=2))
-    log.error(message)
+    # accelerate's other ranks share rank 0's directory (training agrees on it), so only rank 0 locks it
+    lock = RunLock(run_dir) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
+    try:
+        with lock:
+            (run_dir / "FAILED.json").unlink(missing_ok=True)  # an earlier attempt's failure; this one decides
+            try:
+                return run(cfg, run_dir)
+            except Interrupted as stop:  # results.json holds the finished prompts
+                log.warning(str(stop))
+                sys.exit(stop.exit_code)
+            except (UserError, FileNotFoundError) as err:
+                _fail(run_dir, f"error: {err}", None)
+            except Exception as err:  # a sweep must outlive one failing job; a single run shows the traceback
+                _fail(run_dir, f"error: {type(err).__name__}: {err}", traceback.format_exc())
+                if not _is_multirun():
+                    raise
+    except RunDirBusy as err:  # not this job's directory: leave no FAILED.json in it
+        log.error(f"error: {err}")
+        sys.exit(2)
     if not _is_multirun():
         sys.exit(2)
     return None

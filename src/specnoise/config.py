@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -50,7 +50,7 @@ def config_dir() -> Path:
     raise FileNotFoundError("specnoise configs not found (expected conf/config.yaml next to the package)")
 
 
-# `${asset:models/tiny-code}` -> absolute path inside the package, so shipped models and data resolve the
+# `${asset:models/small-code}` -> absolute path inside the package, so shipped models and data resolve the
 # same from a clone, an editable install or a wheel.
 if not OmegaConf.has_resolver("asset"):
     OmegaConf.register_new_resolver("asset", lambda rel: str(ASSETS_DIR / rel))
@@ -58,6 +58,7 @@ if not OmegaConf.has_resolver("asset"):
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 ATTN = ("sdpa", "eager")
+SDPA_BACKENDS = ("flash", "efficient", "math", "cudnn")
 TEMPLATES = ("raw", "chat", "alpaca", "vicuna", "llama2-chat", "deepseek-coder", "code-instruct")
 
 
@@ -72,6 +73,10 @@ class ModelConfig:
     template: str = "raw"  # prompt template (data/templates.py); "chat" = tokenizer.apply_chat_template
     revision: str | None = None
     trust_remote_code: bool = False
+    # SDPA kernels allowed (numerics.py); math is always the fallback; [] = torch's own choice
+    sdpa_backends: list[str] = field(default_factory=lambda: ["flash", "efficient", "math"])
+    static_cache: Any = "auto"  # true | false | auto (on CUDA or when compiling): decoders' static-cache engine
+    compile: bool = False  # torch.compile the static engine's fixed-shape forwards (CUDA graphs on CUDA)
 
     def __post_init__(self) -> None:
         self._check("model")
@@ -81,6 +86,11 @@ class ModelConfig:
         one_of(self.device, f"{key}.device", DEVICES)
         one_of(self.attn_implementation, f"{key}.attn_implementation", ATTN)
         one_of(self.template, f"{key}.template", TEMPLATES)
+        for backend in self.sdpa_backends:
+            one_of(backend, f"{key}.sdpa_backends[]", SDPA_BACKENDS)
+        one_of(self.static_cache, f"{key}.static_cache", (True, False, "auto"))
+        check(not (self.compile and self.static_cache is False), f"{key}.compile",
+              f"compiling needs fixed shapes: set {key}.static_cache=true (or auto), or {key}.compile=false")
 
 
 @dataclass
@@ -100,7 +110,10 @@ class NoiseConfig:
     content: str = "ahead"  # ahead: copy of an earlier token of the sequence; random: uniform over vocab
     location: str = "random"  # random start in the response; ppl: the lowest-loss segment (paper App. A)
     segments: int = 1  # noisy segments per sample (paper: 1)
-    short_response: str = "shrink"  # response too short for the segment: shrink it, or skip noise
+    # A response of <= `length` tokens (before its EOS) is too short for the segment: skip noise for it (the paper,
+    # ALGORITHMS.md §2) or shrink the segment to fit. Training stops before it starts when the full segment fits
+    # fewer than half of the responses (training/preflight.py).
+    short_response: str = "skip"
 
     def __post_init__(self) -> None:
         at_least(self.length, "train.noise.length", 1)
@@ -197,8 +210,12 @@ class DataConfig:
 # ------------------------------------------------------------------------------------------- decoders
 @dataclass
 class DecoderConfig:
+    samples: ClassVar[bool] = False  # greedy-only unless a decoder says so: the sampling keys below must stay neutral
+
     name: str = MISSING
-    max_new_tokens: int | None = None  # None: the benchmark's budget
+    # benchmark jobs use benchmark.max_new_tokens (this key may repeat it, but not differ: Config checks);
+    # without a benchmark this is the budget for `prompt` (None: benchmark.max_new_tokens)
+    max_new_tokens: int | None = None
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0
@@ -210,10 +227,28 @@ class DecoderConfig:
         at_least(self.temperature, "decoder.temperature", 0.0)
         check(0.0 < self.top_p <= 1.0, "decoder.top_p", f"got {self.top_p}, must be in (0, 1]")
         at_least(self.top_k, "decoder.top_k", 0)
+        if not self.samples:  # a greedy-only decoder would silently ignore these
+            for key, neutral in NEUTRAL_SAMPLING.items():
+                check(getattr(self, key) == neutral, f"decoder.{key}",
+                      f"decoder={self.name} is greedy-only, so {key}={getattr(self, key)} would be ignored: use "
+                      f"{key}={neutral}, or a decoder that samples ({', '.join(sampling_decoders())})")
+
+    @property
+    def sampling_keys_set(self) -> bool:
+        """Any sampling key off its neutral value (with temperature 0 AR still decodes greedily)."""
+        return any(getattr(self, key) != neutral for key, neutral in NEUTRAL_SAMPLING.items())
+
+
+NEUTRAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}  # the values under which decoding is greedy
+
+
+def sampling_decoders() -> list[str]:
+    return [name for name, schema in DECODER_SCHEMAS.items() if schema.samples]
 
 
 @dataclass
 class ARConfig(DecoderConfig):
+    samples: ClassVar[bool] = True
     name: str = "ar"
 
 
@@ -278,6 +313,7 @@ class LookaheadConfig(DecoderConfig):
 
 @dataclass
 class SpeculativeConfig(DecoderConfig):
+    samples: ClassVar[bool] = True
     name: str = "speculative"
     gamma: int = 5
     schedule: str = "constant"  # constant | heuristic (+2 on full acceptance, -1 otherwise, floor 1)
@@ -290,10 +326,14 @@ class SpeculativeConfig(DecoderConfig):
 
 @dataclass
 class OuroborosConfig(DecoderConfig):
+    samples: ClassVar[bool] = True
     name: str = "ouroboros"
-    gamma: int = 6  # draft tokens per target step
-    W: int = 15  # lookahead window of the draft model (= phrase pool capacity per key)
-    beta: int = 4  # phrase length: tokens a phrase adds (lookahead n-gram size N = beta + 1)
+    gamma: int = 6  # draft tokens per target step (paper: γ)
+    W: int = 15  # lookahead window of the draft model (= phrase pool capacity per key; paper: W = G)
+    # phrase body length M: tokens a phrase adds. The draft's lookahead n-gram size is N = M + 1 (OUR-R's
+    # lookahead_level) and the paper's β is N + 1 = M + 2 (ALGORITHMS.md §9.1): paper β 8 -> phrase_len 6
+    phrase_len: int = 4
+    beta: int | None = None  # renamed phrase_len (a different quantity from the paper's β); setting it is an error
     K: int = 3  # phrases that lengthen a draft
     phrase_drafting: bool = True  # ablation: False = plain token-by-token drafting
     lengthening: bool = True  # ablation: False = no phrase candidates after the draft
@@ -305,7 +345,9 @@ class OuroborosConfig(DecoderConfig):
         super().__post_init__()
         at_least(self.gamma, "decoder.gamma", 1)
         at_least(self.W, "decoder.W", 1)
-        at_least(self.beta, "decoder.beta", 1)
+        check(self.beta is None, "decoder.beta", "renamed decoder.phrase_len (the phrase body length M = paper β - 2): "
+                                                 f"set decoder.phrase_len={self.beta} for what beta meant before")
+        at_least(self.phrase_len, "decoder.phrase_len", 1)
         at_least(self.K, "decoder.K", 0)
         one_of(self.harvest, "decoder.harvest", ("paper", "specbench", "none"))
 
@@ -313,6 +355,11 @@ class OuroborosConfig(DecoderConfig):
 @dataclass
 class HFGreedyConfig(DecoderConfig):
     name: str = "hf_greedy"
+
+
+@dataclass
+class HFStaticConfig(DecoderConfig):
+    name: str = "hf_static"  # generate() greedy with a static cache (compiled on CUDA): the fastest stock AR
 
 
 @dataclass
@@ -340,9 +387,9 @@ class HFAssistedConfig(DecoderConfig):
 
 
 DECODER_SCHEMAS: dict[str, type[DecoderConfig]] = {
-    c().name: c
+    c.name: c  # the class default: no instance, whose checks may import modules that import this one
     for c in (ARConfig, JacobiConfig, TRJacobiConfig, PLDConfig, LookaheadConfig, SpeculativeConfig,
-              OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig)
+              OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig, HFStaticConfig)
 }
 
 
@@ -371,6 +418,7 @@ class BenchmarkConfig:
     exec_memory_mb: int = 1024  # address-space limit per executed completion (pass_at_1)
     max_prompt_tokens: int | None = None  # None: the model's context minus max_new_tokens; longer: skipped
     threads: int | None = None  # torch intra-op threads while benchmarking (None: torch's default)
+    strict_numerics: bool = False  # math-only attention, full-precision reductions for AR and every decoder
 
     def __post_init__(self) -> None:
         check(self.limit is None or self.limit >= 1, "benchmark.limit", f"got {self.limit}, must be >= 1")
@@ -466,6 +514,15 @@ class Config:
         one_of(self.task, "task", ("run", "report", "forward_cost"))
         for name in self.decoders:
             one_of(name, "decoders[]", tuple(DECODER_SCHEMAS))
+            # every `decoders` entry shares decoder's sampling keys (bench/runner.py, decoder_configs)
+            check(DECODER_SCHEMAS[name].samples or not self.decoder.sampling_keys_set, "decoders[]",
+                  f"{name} is greedy-only but shares decoder={self.decoder.name}'s sampling keys (temperature="
+                  f"{self.decoder.temperature}, top_p={self.decoder.top_p}, top_k={self.decoder.top_k}): drop it "
+                  f"or keep to decoders that sample ({', '.join(sampling_decoders())})")
+        budget = self.decoder.max_new_tokens
+        check(budget is None or self.benchmark.name == "none" or budget == self.benchmark.max_new_tokens,
+              "decoder.max_new_tokens", f"got {budget} but benchmark.max_new_tokens={self.benchmark.max_new_tokens}: "
+              "a benchmark has one generation length, set benchmark.max_new_tokens only")
 
 
 def register_configs() -> None:

@@ -1,25 +1,100 @@
-"""Atomic file writes, shared by the runner and the report: a crash never leaves half a result file."""
+"""Result files, shared by the runner and the report: atomic writes (a crash never leaves half a file),
+durable appends (a killed run keeps every finished line), and the lock that keeps one job per run directory.
+
+Every file is created with mode 0666 minus the umask (0644 under umask 022), like any file a shell writes.
+"""
 
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
+import socket
 from collections.abc import Callable
 from pathlib import Path
+
+from specnoise.config import UserError
+
+LOCK_NAME = ".specnoise.lock"
+
+
+def _create(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, unlike mkstemp's 0600
 
 
 def write_atomic(path: Path, content: str | Callable[[str], object]) -> None:
     """Write ``content`` (text, or a function that writes to the path it is given) via a temporary file in the
     same folder, then rename it over ``path``."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{path.suffix}")
+    os.close(_create(tmp))
     try:
         if callable(content):
-            content(tmp)
+            content(str(tmp))
         else:
-            Path(tmp).write_text(content)
+            tmp.write_text(content)
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        tmp.unlink(missing_ok=True)
+
+
+def append_durably(path: Path, text: str) -> None:
+    """Append ``text`` in one write and fsync it: once this returns, a kill or a power cut cannot lose it."""
+    with open(path, "a") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class RunDirBusy(UserError):
+    """Another live job holds the run directory's lock."""
+
+
+class RunLock:
+    """``with RunLock(run_dir):`` - one job at a time per run directory. The lock file holds "host pid";
+    a lock left by a dead process on this host is taken over, one from another host is not (its pid
+    cannot be checked here)."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_NAME
+        self.owner = f"{socket.gethostname()} {os.getpid()}"
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in range(2):
+            try:
+                fd = _create(self.path)
+            except FileExistsError:
+                holder = self._holder()
+                if attempt == 0 and holder is not None and self._is_stale(holder):
+                    self.path.unlink(missing_ok=True)  # its job died without releasing it
+                    continue
+                raise RunDirBusy(f"{self.path.parent} is in use by another job ({holder or 'unknown'}, see "
+                                 f"{self.path}): wait for it, use another hydra.run.dir, or delete the lock "
+                                 "file if no job runs there") from None
+            with os.fdopen(fd, "w") as f:
+                f.write(self.owner + "\n")
+            return self
+        raise AssertionError("unreachable")
+
+    def __exit__(self, *exc) -> None:
+        if self._holder() == self.owner:  # never remove a lock another job took over
+            self.path.unlink(missing_ok=True)
+
+    def _holder(self) -> str | None:
+        try:
+            return self.path.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    @staticmethod
+    def _is_stale(holder: str) -> bool:
+        host, _, pid = holder.rpartition(" ")
+        if host != socket.gethostname() or not pid.isdigit():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, owned by someone else
+            return False
+        return False

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specnoise.config import ModelConfig, UserError
+from specnoise.decoding.static_kv import use_static_cache
+from specnoise.numerics import use_numerics
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -21,6 +23,9 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     eos_ids: frozenset[int]  # union of the tokenizer's and the generation config's EOS ids
     template: str
+    static_cache: bool = False  # decoders run on the static-cache engine (decoding/static_kv.py)
+    compile: bool = False  # ... with its fixed-shape forwards compiled
+    engines: dict = field(default_factory=dict, repr=False, compare=False)  # the shared static engine, once built
 
     @property
     def device(self) -> torch.device:
@@ -61,8 +66,8 @@ def eos_set(tokenizer, model) -> frozenset[int]:
     return frozenset(ids)
 
 
-def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -> LoadedModel:
-    """Load ``path`` (default ``cfg.path``); errors say what was looked for and how to point elsewhere."""
+def load_tokenizer(cfg: ModelConfig, path: str | None = None, role: str = "model") -> PreTrainedTokenizerBase:
+    """The tokenizer alone: seconds, where the weights may take minutes (training checks its data first)."""
     path = str(path or cfg.path)
     if is_local(path):
         folder = Path(path).expanduser()
@@ -71,9 +76,25 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
                 f"{role}={cfg.name}: no model at {folder} (expected a save_pretrained folder with config.json); "
                 f"set {role}.path=/path/to/model"
             )
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    except OSError as err:
+        raise unreachable(cfg, path, role, err) from err
+
+
+def unreachable(cfg: ModelConfig, path: str, role: str, err: OSError) -> UserError:
+    return UserError(
+        f"{role}={cfg.name}: could not load {path!r} ({err.__class__.__name__}: {str(err).splitlines()[0]}). "
+        f"Without network access download it elsewhere and set {role}.path=/local/copy"
+    )
+
+
+def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -> LoadedModel:
+    """Load ``path`` (default ``cfg.path``); errors say what was looked for and how to point elsewhere."""
+    path = str(path or cfg.path)
+    tokenizer = load_tokenizer(cfg, path, role)
     device = resolve_device(cfg.device)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
             path,
             revision=cfg.revision,
@@ -82,12 +103,11 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
             trust_remote_code=cfg.trust_remote_code,
         )
     except OSError as err:
-        raise UserError(
-            f"{role}={cfg.name}: could not load {path!r} ({err.__class__.__name__}: {str(err).splitlines()[0]}). "
-            f"Without network access download it elsewhere and set {role}.path=/local/copy"
-        ) from err
+        raise unreachable(cfg, path, role, err) from err
     model.to(device).eval()
-    return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template)
+    use_numerics(model, backends=cfg.sdpa_backends)
+    return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template,
+                       static_cache=use_static_cache(cfg.static_cache, cfg.compile, device), compile=cfg.compile)
 
 
 def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:

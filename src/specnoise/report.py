@@ -30,12 +30,13 @@ log = logging.getLogger("specnoise.report")
 
 ROW_KEYS = ("decoder", "model", "draft", "benchmark", "category")
 METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_accepted_tokens", "tokens_per_second",
-           "ar_tokens_per_second", "speedup", "lossless_fraction", "task_score", "score_metric")
+           "ar_tokens_per_second", "speedup", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric",
+           "ref_nll")
 TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup",
-                 "lossless_fraction", "task_score")
+                 "lossless_fraction", "mismatch_fraction", "task_score", "ref_nll")
 GROUP_KEYS = ("model", "draft", "benchmark")  # row fields that tell jobs apart before any override does
 ROW_FIELDS = frozenset(ROW_KEYS + METRICS)
-TRAIN_KEYS = ("stage", "steps", "train_loss", "heldout_loss", "train_seconds")  # from train_results.json
+TRAIN_KEYS = ("stage", "steps", "train_loss", "heldout_loss", "train_seconds", "parameters")  # train_results.json
 
 
 @dataclass
@@ -61,9 +62,9 @@ def find_jobs(roots: list[Path]) -> list[Path]:
     return sorted(found, key=_natural_key)
 
 
-def _natural_key(path: Path) -> list:
-    # multirun job folders are 0, 1, ..., 10: sort them as numbers, not as strings
-    return [int(part) if part.isdigit() else part for part in path.parts]
+def _natural_key(path: Path) -> list[tuple[int, str]]:
+    # multirun job folders are 0, 1, ..., 10: sort them as numbers (before names such as report/), not as strings
+    return [(int(part), "") if part.isdigit() else (1 << 62, part) for part in path.parts]
 
 
 def parse_value(text: str) -> object:
@@ -102,6 +103,10 @@ def read_job(job_dir: Path) -> Job | None:
             data = json.loads(results.read_text())
             job.rows = list(data["rows"])
             job.overrides.setdefault("experiment", data.get("config", {}).get("experiment"))
+            if data.get("complete") is False:  # stopped by a signal; rerunning it in its directory continues it
+                done = data.get("progress", {})
+                job.note = (f"incomplete: stopped by {data.get('interrupted')} after {done.get('prompts')} of "
+                            f"{done.get('of')} prompts")
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             job.error = f"unreadable results.json ({type(err).__name__}: {err})"
     if failed.is_file():
@@ -110,7 +115,7 @@ def read_job(job_dir: Path) -> Job | None:
         except json.JSONDecodeError:
             job.error = "failed (unreadable FAILED.json)"
     if not job.rows and job.error is None and not job.train:
-        job.note = "no results.json (still running, or killed)"
+        job.note = job.note or "no results.json (still running, or killed)"
     if job.overrides.get("experiment") is None:
         job.overrides.pop("experiment", None)
     return job
@@ -292,6 +297,10 @@ def markdown(title: str, sections: dict[str, pd.DataFrame], jobs: list[Job], plo
     if failed:
         lines += ["", "## Failed jobs", "", "| job | overrides | error |", "|---|---|---|"]
         lines += [f"| {j.path} | {_overrides(j)} | {_cell(j.error)} |" for j in failed]
+    partial = [j for j in jobs if j.rows and j.note.startswith("incomplete")]
+    if partial:
+        lines += ["", "## Incomplete jobs", "", "| job | overrides | note |", "|---|---|---|"]
+        lines += [f"| {j.path} | {_overrides(j)} | {_cell(j.note)} |" for j in partial]
     other = [j for j in jobs if not j.rows and j.error is None and not j.train]
     if other:
         lines += ["", "## Jobs without benchmark results", "", "| job | overrides | note |", "|---|---|---|"]

@@ -16,6 +16,10 @@ If an online start fails (no network), the run falls back to offline. ``logger=n
 
 Runs are grouped by ``logger.group`` or else the experiment name; the job type names the stage; tags name
 the decoder, model and benchmark. The whole composed config is logged as a plain dict.
+
+Each run's id is kept in ``<run_dir>/wandb/<job_type>.id``; ``start_run(..., resume=True)`` (a resumed
+training run) continues that wandb run instead of starting a second one, so its loss curve is one line.
+Offline, both parts are written under the same id: sync them in order.
 """
 
 from __future__ import annotations
@@ -105,24 +109,29 @@ def run_tags(conf: Config) -> list[str]:
     return [t[:64] for t in [*tags, *conf.logger.tags]]  # wandb's tag length limit
 
 
-def start_run(conf: Config, cfg: DictConfig, run_dir: Path, job_type: str) -> Tracker:
-    """A tracker for this job (see the module docstring); a no-op one for ``logger=none``."""
+def start_run(conf: Config, cfg: DictConfig, run_dir: Path, job_type: str, resume: bool = False) -> Tracker:
+    """A tracker for this job (see the module docstring); a no-op one for ``logger=none``. ``resume``: continue
+    this run directory's earlier run of the same job type, when there is one."""
     mode = resolve_mode(conf.logger.mode)
     if conf.logger.name == "none" or mode == "disabled":
         return Tracker()
     import wandb
 
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    id_file = run_dir / "wandb" / f"{job_type}.id"
+    id_file.parent.mkdir(parents=True, exist_ok=True)
+    run_id = id_file.read_text().strip() if resume and id_file.is_file() else None
     kwargs = dict(
         project=conf.logger.project, entity=conf.logger.entity, group=conf.logger.group or conf.experiment,
         job_type=job_type, tags=run_tags(conf), name=f"{job_type}-{conf.decoder.name}-{run_dir.name}",
         config=OmegaConf.to_container(cfg, resolve=True), dir=str(run_dir),
-        settings=wandb.Settings(console="off", silent=True),
+        settings=wandb.Settings(console="off", silent=True), id=run_id, resume="allow" if run_id else None,
     )
     for attempt in (mode, "offline") if mode == "online" else (mode,):
         try:
-            return WandbTracker(wandb.init(mode=attempt, **kwargs), attempt)
+            run = wandb.init(mode=attempt, **kwargs)
+            id_file.write_text(run.id)
+            return WandbTracker(run, attempt)
         except Exception as err:  # noqa: BLE001 - tracking must never cost the job
             log.warning("wandb could not start in %s mode (%s: %s)", attempt, type(err).__name__, err)
     log.warning("continuing without wandb tracking")

@@ -32,7 +32,7 @@ class Sample:
     id: str
     category: str
     turns: list[str]  # user messages, asked one after the other
-    reference: Any = None  # str, or a list for multi-turn references
+    reference: Any = None  # str (what the model should write: scorers and ref_nll), or a list (multi-turn)
     scorer: str = "none"
     response_prefix: str = ""  # text the first answer starts with (code benchmarks pre-fill the function)
     fields: dict = field(default_factory=dict)  # what the scorer needs: tests, entry point, ...
@@ -122,16 +122,26 @@ def records(cfg: BenchmarkConfig) -> list[Record]:
 
 
 def need(row: dict, key: str, where: str, setting: str | None = None) -> Any:
-    if row.get(key) is None or (isinstance(row[key], str) and not row[key].strip()):
+    if row.get(key) is None:
         hint = f" (set benchmark.{setting}=FIELD)" if setting else ""
         raise UserError(f"{where}: missing field {key!r}{hint}")
+    if isinstance(row[key], str) and not row[key].strip():
+        raise UserError(f"{where}: field {key!r} is empty")
     return row[key]
 
 
-def turns_of(value: Any, where: str, key: str) -> list[str]:
+def turns_of(row: dict, key: str, where: str, n: int, setting: str | None = None) -> list[str]:
+    """The user turns of prompt ``n`` (1-based): a string, or a list of strings for a multi-turn sample."""
+    value = row.get(key)
+    if value is None:
+        need(row, key, where, setting)  # says which field is missing
     turns = [value] if isinstance(value, str) else value
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
         raise UserError(f"{where}: field {key!r} must be a non-empty string or a list of strings")
+    empty = [k for k, t in enumerate(turns, 1) if not t.strip()]
+    if empty:
+        which = f"turn {empty[0]} of prompt {n}" if len(turns) > 1 else f"prompt {n}"
+        raise UserError(f"{where}: {which} is empty (field {key!r})")
     return turns
 
 
@@ -148,7 +158,7 @@ def spec_bench(cfg: BenchmarkConfig, raw: bool) -> Iterable[Sample]:
         yield Sample(
             id=str(row.get("question_id", i)),
             category="mt_bench" if category in MT_BENCH_CATEGORIES else category,
-            turns=turns_of(need(row, "turns", where), where, "turns"),
+            turns=turns_of(row, "turns", where, i + 1),
             reference=single(row.get("reference")),
             fields={"subcategory": category},
         )
@@ -164,6 +174,7 @@ def humaneval(cfg: BenchmarkConfig, raw: bool) -> Iterable[Sample]:
             category="humaneval",
             turns=[prompt if raw else f"Complete the following Python function.\n```python\n{prompt}```"],
             response_prefix="" if raw else f"```python\n{prompt}",
+            reference=row.get("canonical_solution"),  # the body after the prompt (for ref_nll)
             fields={"prompt": prompt, "test": need(row, "test", where), "entry_point": need(row, "entry_point", where)},
         )
 
@@ -180,6 +191,7 @@ def mbpp(cfg: BenchmarkConfig, raw: bool) -> Iterable[Sample]:
             category="mbpp",
             turns=[ask],
             response_prefix="" if raw else "```python\n",
+            reference=row.get("code"),  # the reference solution (for ref_nll)
             fields={"test_list": tests, "test_setup_code": row.get("test_setup_code") or ""},
         )
 
@@ -212,7 +224,7 @@ def jsonl(cfg: BenchmarkConfig, raw: bool) -> Iterable[Sample]:
         yield Sample(
             id=str(need(row, cfg.id_field, where, "id_field") if cfg.id_field else i),
             category=str(need(row, cfg.category_field, where, "category_field") if cfg.category_field else "jsonl"),
-            turns=turns_of(need(row, cfg.prompt_field, where, "prompt_field"), where, cfg.prompt_field),
+            turns=turns_of(row, cfg.prompt_field, where, i + 1, "prompt_field"),
             reference=single(row.get(cfg.reference_field)) if cfg.reference_field else None,
         )
 
@@ -235,6 +247,12 @@ def first_per_category(samples: list[Sample], n: int) -> list[Sample]:
 
 def load_benchmark(cfg: BenchmarkConfig, template: str) -> list[Sample]:
     """The samples of ``cfg`` after ``categories``, ``limit_per_category`` and ``limit``, each with its scorer."""
+    return first_that_fit(load_samples(cfg, template), cfg.limit)[0]
+
+
+def load_samples(cfg: BenchmarkConfig, template: str) -> list[Sample]:
+    """The samples of ``cfg`` after ``categories`` and ``limit_per_category`` (not ``limit``: that counts the
+    prompts that fit the model, see ``first_that_fit``), each with its scorer."""
     if cfg.name not in LOADERS:
         raise UserError(f"benchmark={cfg.name}: no loader; choose one of {', '.join(LOADERS)}")
     samples = list(LOADERS[cfg.name](cfg, template == "raw"))
@@ -246,7 +264,6 @@ def load_benchmark(cfg: BenchmarkConfig, template: str) -> list[Sample]:
         samples = [s for s in samples if s.category in cfg.categories]
     if cfg.limit_per_category:
         samples = first_per_category(samples, cfg.limit_per_category)
-    samples = samples[: cfg.limit]
     repeated = [i for i, n in Counter(s.id for s in samples).items() if n > 1]
     if repeated:
         raise UserError(f"benchmark={cfg.name}: ids {repeated[:5]} occur more than once: point benchmark.id_field at a "
@@ -254,3 +271,15 @@ def load_benchmark(cfg: BenchmarkConfig, template: str) -> list[Sample]:
     for s in samples:
         s.scorer = CATEGORY_SCORERS.get(s.category, "none") if cfg.scorer == "per_category" else cfg.scorer
     return samples
+
+
+def first_that_fit(samples: list[Sample], limit: int | None, fits: Callable[[Sample], bool] = lambda s: True
+                   ) -> tuple[list[Sample], list[Sample]]:
+    """The first ``limit`` samples (all with None) for which ``fits`` holds, and those passed over on the way:
+    ``benchmark=cnndm benchmark.limit=4`` runs 4 articles even when the first ones are too long."""
+    kept, skipped = [], []
+    for s in samples:
+        if limit is not None and len(kept) == limit:
+            break
+        (kept if fits(s) else skipped).append(s)
+    return kept, skipped

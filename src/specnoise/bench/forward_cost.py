@@ -23,6 +23,7 @@ import torch
 
 from specnoise.config import Config, UserError
 from specnoise.decoding.kv import KVModel, causal_block
+from specnoise.decoding.static_kv import StaticKVModel, use_static_cache
 
 log = logging.getLogger("specnoise")
 
@@ -176,8 +177,10 @@ def run_forward_cost(conf: Config, run_dir: Path) -> Path:
     if fc.threads:
         torch.set_num_threads(fc.threads)
     model, source = probe_model(conf)
-    kv = KVModel(model)
     qs = sorted({1, *fc.q})  # t(1) is the unit of every ratio
+    # the engine decoders would use (model.static_cache / model.compile); compiled: one graph per probed q only
+    static = use_static_cache(conf.model.static_cache, conf.model.compile, next(model.parameters()).device)
+    kv = StaticKVModel(model, compile=conf.model.compile, buckets=tuple(qs)) if static else KVModel(model)
     times = measure_forward_times(kv, qs, fc.cache_len, fc.repeats, fc.warmup, conf.seed)
     floor = memory_floor(model) if fc.memory_floor else None
     table = pd.DataFrame({"q": qs, "ms": [median(times[q]) * 1e3 for q in qs]})
@@ -189,6 +192,8 @@ def run_forward_cost(conf: Config, run_dir: Path) -> Path:
         "weights_GB": round(weights_bytes(model) / 1e9, 4),
         "device": str(kv.device), "dtype": str(kv.dtype).removeprefix("torch."),
         "attn_implementation": getattr(model.config, "_attn_implementation", "?"), "cache_len": fc.cache_len,
+        "engine": "static" if static else "dynamic", "compile": bool(static and conf.model.compile),
+        "compile_seconds": round(getattr(kv, "compile_seconds", 0.0), 1),
         "repeats": fc.repeats, "warmup": fc.warmup, "torch_threads": torch.get_num_threads(),
         "memory_floor_ms": None if floor is None else round(floor * 1e3, 3),
         "torch": torch.__version__, "platform": platform.platform(),

@@ -14,8 +14,12 @@ Protocol (DESIGN.md, "Contracts"):
     skipped, counted in ``results.json`` ("skipped") and logged: a long benchmark should not die on one
     oversized article, and the count keeps the skip visible.
 
-Writes ``results.json`` (config + one row per decoder and category, plus "all") and ``per_prompt.jsonl``
-(one row per prompt turn and decoder), both atomically; prints a table; sends the same to wandb.
+  * ``benchmark.limit`` counts the prompts that fit: over-long ones are passed over until ``limit`` fit.
+
+Writes ``per_prompt.jsonl`` (one row per prompt turn and decoder) sample by sample as each finishes, and at the
+end ``results.json`` (config + one row per decoder and category, plus "all"); prints a table; sends the same to
+wandb. SIGINT / SIGTERM stop the run cleanly with a partial ``results.json`` ("complete": false); the same
+command in the same run directory continues it (``progress.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from specnoise.bench.datasets import Sample, dialogue_text, load_benchmark
+from specnoise.bench.audit import audit_divergences, audit_fields, first_divergence, mismatch_fraction
+from specnoise.bench.datasets import Sample, dialogue_text, first_that_fit, load_samples
+from specnoise.bench.engines import add_speedup_vs_best_ar, engine_meta
+from specnoise.bench.progress import Interrupted, PromptLog, stop_on_signals
+from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
 from specnoise.config import ARConfig, Config, DecoderConfig, UserError, config_dir
 from specnoise.data.templates import encode_prompt
@@ -42,12 +50,13 @@ from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decode
 from specnoise.decoding.kv import self_test
 from specnoise.files import write_atomic
 from specnoise.models import check_same_tokenizer, load_model
+from specnoise.numerics import describe, use_numerics
 from specnoise.tracking import start_run
 
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
 TABLE_COLUMNS = ["decoder", "category", "prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second",
-                 "speedup", "lossless_fraction", "task_score", "score_metric"]
+                 "speedup", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric", "ref_nll"]
 
 
 @dataclass
@@ -68,8 +77,11 @@ class Measured:
     runs: dict[str, dict[str, list[Turn]]]  # decoder -> sample id -> turns ("ar" first)
     budget: int
     lossless: bool  # greedy and benchmark.check_lossless: compare every decoder's tokens with AR's
+    model: str  # the target's name in the rows: a model this job trained is named after its run
     answers: dict[tuple[str, str], Answer] = field(default_factory=dict)  # (decoder, sample id) -> last answer
     scores: dict[tuple[str, str], dict | None] = field(default_factory=dict)
+    refs: dict[str, RefNLL] = field(default_factory=dict)  # sample id -> NLL of its reference (model only)
+    audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
 
     def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
         return [t.out.tokens for t in self.runs[decoder][sample.id]]
@@ -108,28 +120,24 @@ def completion_text(tokenizer, prompt: list[int], new: list[int]) -> str:
     return full[len(head):] if full.startswith(head) else tokenizer.decode(new, skip_special_tokens=True)
 
 
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    if a == b:
-        return None
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
 # ------------------------------------------------------------------------------------------ the run
 def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str | None = None) -> Path:
-    """Benchmark ``conf.decoder`` (and ``conf.decoders``) against AR; returns the path of results.json."""
+    """Benchmark ``conf.decoder`` (and ``conf.decoders``) against AR; returns the path of results.json.
+    Raises ``Interrupted`` (after writing results.json from the finished samples) on SIGINT / SIGTERM."""
     run_dir = Path(run_dir)
     bench = conf.benchmark
     if bench.threads:  # tiny models on a shared CPU run far steadier on one thread
         torch.set_num_threads(bench.threads)
     configs = decoder_configs(conf)  # fails fast on a decoder that needs a missing draft
     template = bench.template or conf.model.template
-    samples = load_benchmark(bench, template)
+    samples = load_samples(bench, template)
 
     target = load_model(conf.model, model_path)
     draft = load_model(conf.draft, role="draft") if conf.draft.name != "none" else None
     if draft is not None:
         check_same_tokenizer(target, draft)
     for loaded in filter(None, (target, draft)):
+        use_numerics(loaded.model, strict=bench.strict_numerics)
         self_test(loaded.model)
     decoders = {c.name: build_decoder(c, target, draft) for c in configs}
     budget = conf.decoder.max_new_tokens or bench.max_new_tokens
@@ -140,68 +148,116 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
     def encode(sample: Sample, answers: list[str]) -> list[int]:
         return encode_prompt(tokenizer, dialogue_text(sample, template, answers, tokenizer))
 
-    fits = [len(encode(s, [])) <= limit for s in samples]
-    kept = [s for s, ok in zip(samples, fits) if ok]
-    skipped = [s.id for s, ok in zip(samples, fits) if not ok]
+    kept, skipped = first_that_fit(samples, bench.limit, lambda s: len(encode(s, [])) <= limit)
+    skipped = [s.id for s in skipped]
     if skipped:
         log.warning("skipping %d of %d prompts longer than %d tokens (benchmark.max_prompt_tokens, or the model's "
-                    "context of %d minus max_new_tokens=%d)", len(skipped), len(samples), limit, context, budget)
+                    "context of %d minus max_new_tokens=%d)", len(skipped), len(skipped) + len(kept), limit, context,
+                    budget)
     if not kept:
         raise UserError(f"no prompt of benchmark={bench.name} fits in {limit} tokens (the model's context of "
                         f"{context} minus max_new_tokens={budget}, or benchmark.max_prompt_tokens): lower "
                         "max_new_tokens, raise benchmark.max_prompt_tokens or use a model with a longer context")
 
-    warm_up(decoders, encode(kept[0], []), budget, bench.warmup)
+    # ---- measure: samples finished by an earlier attempt in this run_dir are read back, the others run
     names = list(decoders)  # "ar" first
-    runs: dict[str, dict[str, list[Turn]]] = {name: {} for name in names}
-    skipped_turns = 0
-    started = time.time()
-    with tqdm(total=sum(len(s.turns) for s in kept) * len(names), desc=f"bench {bench.name}", unit="gen") as bar:
-        for i, sample in enumerate(kept):
-            order = names if i % 2 == 0 else names[1:] + names[:1]  # AR first on even prompts, last on odd
-            turns: dict[str, list[Turn]] = {name: [] for name in names}
-            for k in range(len(sample.turns)):
-                # each decoder continues its own dialogue
-                prompts = {n: encode(sample, [t.text.strip() for t in turns[n]]) for n in names}
-                if k > 0 and max(map(len, prompts.values())) > limit:
-                    skipped_turns += len(sample.turns) - k
-                    bar.update((len(sample.turns) - k) * len(names))
-                    break
-                for name in order:
-                    bar.set_postfix_str(f"{sample.id} {name}", refresh=False)
-                    out = decoders[name].generate(prompts[name], budget)
-                    turns[name].append(Turn(prompts[name], out, completion_text(tokenizer, prompts[name], out.tokens)))
-                    bar.update(1)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    prompt_log = PromptLog(run_dir, cfg, names)  # refuses to continue a run with other settings
+    label = conf.model.name if conf.train.name == "none" else f"{conf.model.name}+{conf.train.name}@{run_dir.name}"
+    m = Measured(conf, kept, {name: {} for name in names}, budget,
+                 lossless=bench.check_lossless and conf.decoder.temperature == 0, model=label)
+    for s in kept:
+        if s.id in prompt_log.finished:
             for name in names:
-                runs[name][sample.id] = turns[name]
+                m.runs[name][s.id] = restore_turns(prompt_log.finished[s.id], name, s, encode)
+    todo = [(i, s) for i, s in enumerate(kept) if s.id not in m.runs["ar"]]
+
+    started = time.time()
+    total = sum(len(s.turns) for s in kept) * len(names)
+    with stop_on_signals() as stop, tqdm(total=total, desc=f"bench {bench.name}", unit="gen") as bar:
+        bar.update(sum(len(turns) for turns in m.runs["ar"].values()) * len(names))
+        if todo:
+            warm_up(decoders, encode(todo[0][1], []), budget, bench.warmup)
+        for i, sample in todo:
+            order = names if i % 2 == 0 else names[1:] + names[:1]  # AR first on even prompts, last on odd
+            turns = run_sample(sample, decoders, order, budget, limit, encode, tokenizer, bar, stop)
+            if turns is None:
+                break  # stopped inside the sample: dropped, it runs again when the run continues
+            for name in names:
+                m.runs[name][sample.id] = turns[name]
+            prompt_log.append(sample_rows(m, sample))
     wall = time.time() - started
 
-    m = Measured(conf, kept, runs, budget, lossless=bench.check_lossless and conf.decoder.temperature == 0)
-    m.answers = {(n, s.id): Answer(s, runs[n][s.id][-1].text, sum(map(len, m.tokens(n, s))))
-                 for n in names for s in kept}
-    if any(s.scorer != "none" for s in kept):
-        log.info("scoring %d answers (identical answers once)", len(m.answers))
-    m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), bench)))
-    rows, per_prompt = summary_rows(m), prompt_rows(m)
+    # ---- results of the finished samples (all of them, unless a signal stopped the loop)
+    m.samples = [s for s in kept if s.id in m.runs["ar"]]
+    score(m)
+    # after timing: the reference likelihood (model only) and, per divergent prompt, one forward of AR's prefix
+    m.refs = reference_nlls(target.model, tokenizer, m.samples, lambda s: dialogue_text(s, template, [], tokenizer))
+    m.audits = audit_divergences(m.runs, target.model) if m.lossless else {}
+    rows, per_prompt = add_speedup_vs_best_ar(summary_rows(m)) if m.samples else [], prompt_rows(m)
     results = {
         "config": OmegaConf.to_container(cfg, resolve=True),
+        "complete": not stop.signal, "interrupted": stop.signal,
+        "progress": {"prompts": len(m.samples), "of": len(kept), "resumed": len(kept) - len(todo)},
         "rows": rows,
-        "skipped": {"prompts": len(skipped), "ids": skipped, "turns": skipped_turns, "max_prompt_tokens": limit},
+        "skipped": {"prompts": len(skipped), "ids": skipped, "max_prompt_tokens": limit,
+                    "turns": sum(len(s.turns) - len(m.runs["ar"][s.id]) for s in m.samples)},
         "meta": {"max_new_tokens": budget, "template": template, "warmup": bench.warmup, "wall_seconds": wall,
                  "model_path": target.path, "device": str(target.device), "dtype": str(target.model.dtype),
                  "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
+                 **engine_meta(decoders.values()),
                  "decoders": {n: d.meta for n, d in decoders.items() if getattr(d, "meta", None)}},  # e.g. tree=auto
     }
-    run_dir.mkdir(parents=True, exist_ok=True)
+    results["meta"].update(describe(target.model))  # attention backends, strict numerics, device, versions
     path = run_dir / "results.json"
-    write_atomic(run_dir / "per_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in per_prompt))
+    write_atomic(run_dir / "per_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in per_prompt))  # with scores
     write_atomic(path, json.dumps(results, indent=2))
+    if stop.signal:
+        raise Interrupted(stop.signal)
     table = pd.DataFrame(rows)
     shown = table[TABLE_COLUMNS].astype(object)
     print(shown.where(shown.notna(), None).to_markdown(index=False, floatfmt=".3f", missingval="-"))
     log.info("results: %s", path)
     track(conf, cfg, run_dir, table, pd.DataFrame(per_prompt))
     return path
+
+
+def score(m: Measured) -> None:
+    """Each decoder's final answer to each sample, and its task score."""
+    m.answers = {(n, s.id): Answer(s, m.runs[n][s.id][-1].text, sum(map(len, m.tokens(n, s))))
+                 for n in m.runs for s in m.samples}
+    if any(s.scorer != "none" for s in m.samples):
+        log.info("scoring %d answers (identical answers once)", len(m.answers))
+    m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), m.conf.benchmark))) if m.answers else {}
+
+
+def run_sample(sample: Sample, decoders: dict[str, Decoder], order: list[str], budget: int, limit: int, encode,
+               tokenizer, bar, stop) -> dict[str, list[Turn]] | None:
+    """Every decoder on every turn of ``sample``, back to back in ``order``; None once ``stop.signal`` is set."""
+    turns: dict[str, list[Turn]] = {name: [] for name in order}
+    for k in range(len(sample.turns)):
+        # each decoder continues its own dialogue
+        prompts = {n: encode(sample, [t.text.strip() for t in turns[n]]) for n in order}
+        if k > 0 and max(map(len, prompts.values())) > limit:  # later turns that no longer fit are skipped
+            bar.update((len(sample.turns) - k) * len(order))
+            break
+        for name in order:
+            if stop.signal:
+                return None
+            bar.set_postfix_str(f"{sample.id} {name}", refresh=False)
+            out = decoders[name].generate(prompts[name], budget)
+            turns[name].append(Turn(prompts[name], out, completion_text(tokenizer, prompts[name], out.tokens)))
+            bar.update(1)
+    return turns
+
+
+def restore_turns(rows: list[dict], name: str, sample: Sample, encode) -> list[Turn]:
+    """Decoder ``name``'s turns of a sample finished by an earlier run, from its per-prompt rows."""
+    turns: list[Turn] = []
+    for r in sorted((r for r in rows if r["decoder"] == name), key=lambda r: r["turn"]):
+        out = DecodeOutput(r["tokens"], r["target_forwards"], r["draft_forwards"], r["accepted"], r["seconds"])
+        turns.append(Turn(encode(sample, [t.text.strip() for t in turns]), out, r["output"]))
+    return turns
 
 
 def warm_up(decoders: dict[str, Decoder], prompt: list[int], budget: int, times: int) -> None:
@@ -215,24 +271,32 @@ def warm_up(decoders: dict[str, Decoder], prompt: list[int], budget: int, times:
 # ------------------------------------------------------------------------------------------ outputs
 def prompt_rows(m: Measured) -> list[dict]:
     """One row per (sample, turn, decoder); the sample's score sits on its last turn."""
+    return [row for s in m.samples for row in sample_rows(m, s)]
+
+
+def sample_rows(m: Measured, s: Sample) -> list[dict]:
+    """The rows of one sample: what per_prompt.jsonl holds, and all a continued run needs to count it again
+    (``tokens`` included). Scores are filled in once every sample has run."""
     rows = []
-    for s in m.samples:
-        for name, by_sample in m.runs.items():
-            turns = by_sample[s.id]
-            for k, t in enumerate(turns):
-                ar_tokens = m.runs["ar"][s.id][k].out.tokens
-                score = m.scores[(name, s.id)] if k == len(turns) - 1 else None
-                rows.append({
-                    "id": s.id, "category": s.category, "turn": k, "decoder": name,
-                    "prompt_tokens": len(t.prompt), "new_tokens": len(t.out.tokens),
-                    "target_forwards": t.out.target_forwards, "draft_forwards": t.out.draft_forwards,
-                    "seconds": t.out.seconds, "accepted": t.out.accepted,
-                    "identical_to_ar": t.out.tokens == ar_tokens if m.lossless else None,
-                    "first_divergence": first_divergence(t.out.tokens, ar_tokens) if m.lossless else None,
-                    "output": t.text,
-                    "score": score["score"] if score else None,
-                    "score_detail": {key: v for key, v in score.items() if key != "score"} if score else None,
-                })
+    for name, by_sample in m.runs.items():
+        turns = by_sample[s.id]
+        for k, t in enumerate(turns):
+            ar_tokens = m.runs["ar"][s.id][k].out.tokens
+            score = m.scores.get((name, s.id)) if k == len(turns) - 1 else None
+            rows.append({
+                "id": s.id, "category": s.category, "turn": k, "decoder": name,
+                "prompt_tokens": len(t.prompt), "new_tokens": len(t.out.tokens),
+                "target_forwards": t.out.target_forwards, "draft_forwards": t.out.draft_forwards,
+                "seconds": t.out.seconds, "accepted": t.out.accepted,
+                "identical_to_ar": t.out.tokens == ar_tokens if m.lossless else None,
+                "first_divergence": first_divergence(t.out.tokens, ar_tokens) if m.lossless else None,
+                **audit_fields(m.audits.get((name, s.id, k))),
+                "output": t.text,
+                "score": score["score"] if score else None,
+                "score_detail": {key: v for key, v in score.items() if key != "score"} if score else None,
+                "ref_nll": m.refs[s.id].mean if s.id in m.refs else None,
+                "tokens": t.out.tokens, "sample_turns": len(turns),  # a continued run knows the sample is whole
+            })
     return rows
 
 
@@ -263,7 +327,7 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     accepted = [a for o in outs for a in o.accepted]
     conf = m.conf
     return {
-        "decoder": name, "model": conf.model.name, "draft": None if conf.draft.name == "none" else conf.draft.name,
+        "decoder": name, "model": m.model, "draft": None if conf.draft.name == "none" else conf.draft.name,
         "benchmark": conf.benchmark.name, "category": category, "prompts": len(group), "turns": len(outs),
         "max_new_tokens": m.budget, "temperature": conf.decoder.temperature,
         "new_tokens": tokens, "target_forwards": forwards, "draft_forwards": sum(o.draft_forwards for o in outs),
@@ -272,7 +336,9 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "ar_new_tokens": ar_tokens, "ar_seconds": ar_seconds, "ar_tokens_per_second": ar_tokens / max(ar_seconds, 1e-9),
         "speedup": 1.0 if name == "ar" else ar_seconds / max(seconds, 1e-9),
         "lossless_fraction": sum(same) / len(same) if m.lossless else None,
+        "mismatch_fraction": mismatch_fraction(m.audits, name, [s.id for s in group]) if m.lossless else None,
         "task_score": score, "score_metric": metric, **{f"score_{k}": v for k, v in details.items()},
+        **row_ref_nll(m.refs, group),
         "sb_tokens_per_second": sb_speed, "sb_ar_tokens_per_second": sb_ar_speed,
         "sb_speedup": 1.0 if name == "ar" else sb_speed / max(sb_ar_speed, 1e-9),
         "sb_mean_accepted_tokens": fmean(accepted) if accepted else 0.0,  # pooled over steps, as Spec-Bench's #MAT
@@ -283,7 +349,7 @@ def track(conf: Config, cfg: DictConfig, run_dir: Path, table: pd.DataFrame, per
     """Summary metrics (``<decoder>/<metric>`` over all prompts, and the main decoder's without prefix), the
     results table and the per-prompt table. Started after the timing so wandb's process cannot disturb it."""
     metrics = ["speedup", "mean_accepted_tokens", "tokens_per_second", "lossless_fraction", "task_score",
-               "sb_speedup", "sb_tokens_per_second"]
+               "ref_nll", "sb_speedup", "sb_tokens_per_second"]
     summary = {}
     for row in table[table.category == "all"].to_dict("records"):
         for metric in metrics:
@@ -294,4 +360,5 @@ def track(conf: Config, cfg: DictConfig, run_dir: Path, table: pd.DataFrame, per
         tracker.summary(summary)
         tracker.table("results", table)
         tracker.table("per_prompt", per_prompt.assign(accepted=per_prompt.accepted.map(json.dumps),
+                                                      tokens=per_prompt.tokens.map(json.dumps),
                                                       score_detail=per_prompt.score_detail.map(json.dumps)))

@@ -13,7 +13,7 @@ class AR(Decoder):
     def decode(self, prompt: list[int], out: Output) -> None:
         logits = self.target.forward(prompt, last=1)[-1]  # prefill; its last row predicts the first new token
         while True:
-            token = next_token(logits, self.cfg, self.generator)
+            token = self.to_host(next_token(logits, self.cfg, self.generator))
             out.emit([token])
             if out.done:
                 return

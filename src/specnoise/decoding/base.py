@@ -1,10 +1,11 @@
 """The decoder interface and the output contract shared by every decoder.
 
-A decoder turns prompt token ids into new token ids. Each one is a small class over ``KVModel`` whose
-``decode`` reads like its pseudocode: prefill, then steps that each call ``out.emit(block)`` once per
-target forward. ``Output`` enforces the canonical greedy contract so no decoder re-implements it:
-tokens up to and including the first EOS-set token, or ``max_new_tokens`` tokens, whichever comes
-first, even when either falls inside an accepted draft.
+A decoder turns prompt token ids into new token ids. Each one is a small class over ``KVModel`` (or the
+static-cache engine with the same interface, ``model.static_cache``) whose ``decode`` reads like its
+pseudocode: prefill, then steps that each call ``out.emit(block)`` once per target forward. ``Output``
+enforces the canonical greedy contract so no decoder re-implements it: tokens up to and including the first
+EOS-set token, or ``max_new_tokens`` tokens, whichever comes first, even when either falls inside an
+accepted draft.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DecoderConfig, UserError
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.static_kv import kv_model
 
 
 @dataclass
@@ -27,6 +28,7 @@ class DecodeOutput:
     draft_forwards: int = 0
     accepted: list[int] = field(default_factory=list)  # tokens emitted by each target forward that emitted
     seconds: float = 0.0
+    host_reads: int = 0  # device-to-host reads (``Decoder.to_host``), draft loop included
 
     @property
     def mean_accepted(self) -> float:
@@ -81,9 +83,16 @@ class Decoder:
         if self.needs_draft and draft is None:
             raise UserError(f"decoder={self.name} needs a draft model: set draft=NAME or pair=NAME")
         self.eos_ids = target.eos_ids
-        self.target = KVModel(target.model)
-        self.draft = KVModel(draft.model) if draft is not None and self.needs_draft else None
+        self.target = kv_model(target)  # the dynamic or the static-cache engine (model.static_cache)
+        self.draft = kv_model(draft) if draft is not None and self.needs_draft else None
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.host_reads = 0
+
+    def to_host(self, tensor: torch.Tensor) -> list | int | float:
+        """The one way a decoder reads device values: each call is a host-device sync on a GPU, so a step
+        gathers what it needs (argmaxes, top-k, sampled tokens) into one tensor and reads it once."""
+        self.host_reads += 1
+        return tensor.tolist()
 
     def decode(self, prompt: list[int], out: Output) -> None:
         raise NotImplementedError
@@ -94,7 +103,7 @@ class Decoder:
         and the predictions ``y`` (``y[j]`` follows draft slot j-1). Only accepted slots stay cached: the bonus
         token's KV is not computed yet, so it is the next step's ``pending``."""
         start = self.target.length + len(pending)
-        y = self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1).tolist()
+        y = self.to_host(self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1))
         block = greedy_accept(draft, y)
         self.target.crop(start + len(block) - 1)
         return block, y
@@ -112,9 +121,10 @@ class Decoder:
                 f"of {self.target.max_length}: shorten the prompt or lower max_new_tokens"
             )
         out = Output(self.eos_ids, max_new_tokens)
-        self.target.reset()
-        if self.draft is not None:
-            self.draft.reset()
+        for kv in filter(None, (self.target, self.draft)):
+            kv.reset()
+            kv.reserve(len(prompt) + max_new_tokens)  # a static cache is sized (and compiled) before the clock
+        self.host_reads = 0
         _sync(self.target.device)
         start = time.perf_counter()
         if not out.done:
@@ -127,6 +137,7 @@ class Decoder:
             draft_forwards=self.draft.forwards if self.draft is not None else 0,
             accepted=out.accepted,
             seconds=seconds,
+            host_reads=self.host_reads,
         )
 
 
@@ -147,6 +158,7 @@ DECODER_MODULES = {
     "hf_greedy": "specnoise.decoding.hf",
     "hf_pld": "specnoise.decoding.hf",
     "hf_assisted": "specnoise.decoding.hf",
+    "hf_static": "specnoise.decoding.hf",
 }
 
 

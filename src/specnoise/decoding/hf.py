@@ -1,4 +1,5 @@
-"""The peers users would pick instead: Hugging Face ``generate()`` greedy, with prompt lookup, and assisted.
+"""The peers users would pick instead: Hugging Face ``generate()`` greedy (with a dynamic or a static cache), with
+prompt lookup, and assisted.
 
 They run through the same runner and output contract as our decoders. ``generate()`` keeps its own cache,
 so the ``KVModel`` of the base class only keeps count: a forward hook (removed afterwards) counts target and
@@ -9,12 +10,14 @@ one block each, exactly like our decoders' steps.
 from __future__ import annotations
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StaticCache
 from transformers.generation.streamers import BaseStreamer
 
 from specnoise.config import UserError
 from specnoise.decoding.base import Decoder, Output
 from specnoise.decoding.kv import KVModel
+from specnoise.decoding.static_kv import capacity_for
+from specnoise.numerics import numerics
 
 # generate() fills every field left None from the model's own generation_config, so the knobs that change
 # greedy choices are pinned to neutral values: the peers must stay the plain greedy oracle
@@ -47,6 +50,7 @@ def _count_forwards(kv: KVModel):
 
 class HFGreedy(Decoder):
     name = "hf_greedy"
+    hooked = True  # count forwards with a hook (not under compilation: the hook would be traced into the graph)
 
     def options(self) -> dict:
         """GenerationConfig fields beyond greedy decoding and the budget."""
@@ -64,15 +68,42 @@ class HFGreedy(Decoder):
                                   pad_token_id=pad if pad is not None else (eos[0] if eos else 0), **self.options())
         ids = torch.tensor([prompt], device=self.target.device)
         blocks = _Blocks()
-        hooks = [_count_forwards(kv) for kv in (self.target, self.draft) if kv is not None]
+        hooks = [_count_forwards(kv) for kv in (self.target, self.draft) if kv is not None and self.hooked]
         try:
-            model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=blocks,
-                           **self.models())
+            with numerics(model):  # the same attention-backend policy as our engine's calls
+                model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=blocks,
+                               **self.models())
         finally:
             for hook in hooks:
                 hook.remove()
         for block in blocks.blocks or []:
             out.emit(block)
+        if not self.hooked:  # greedy: one target forward per streamed token
+            self.target.forwards = len(blocks.blocks or [])
+
+
+class HFStatic(HFGreedy):
+    """generate() greedy with a static cache, compiled as transformers does on CUDA: the fastest stock AR, the peer
+    of ``speedup_vs_best_ar``. One cache, sized like the static engine's and reset per call, so the compiled graphs
+    are built once (in the warm-up) instead of whenever a longer prompt makes generate() allocate a new cache."""
+
+    name = "hf_static"
+    hooked = False
+
+    def __init__(self, cfg, target, draft=None):
+        super().__init__(cfg, target, draft)
+        self.cache, self.capacity = None, 0
+
+    def models(self) -> dict:
+        return dict(past_key_values=self.cache)
+
+    def decode(self, prompt: list[int], out: Output) -> None:
+        need = len(prompt) + out.budget
+        if need > self.capacity:
+            self.capacity = capacity_for(need, self.target.max_length, block=0)
+            self.cache = StaticCache(config=self.target.model.config, max_cache_len=self.capacity)
+        self.cache.reset()
+        super().decode(prompt, out)
 
 
 class HFPLD(HFGreedy):

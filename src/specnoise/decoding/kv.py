@@ -17,6 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from specnoise.config import UserError
+from specnoise.numerics import numerics
 
 
 def causal_block(q: int, device=None) -> torch.Tensor:
@@ -46,6 +47,9 @@ class KVModel:
         self.cache = DynamicCache(config=self.model.config)
         self.forwards = 0
 
+    def reserve(self, n: int) -> None:
+        """A generation of up to ``n`` tokens follows (a dynamic cache grows as it goes)."""
+
     @property
     def length(self) -> int:
         return self.cache.get_seq_length()
@@ -73,7 +77,8 @@ class KVModel:
             kwargs.update(position_ids=pos.view(1, -1), attention_mask=mask)
         if last is not None and self._can_keep_last:
             kwargs["logits_to_keep"] = last
-        logits = self.model(input_ids=ids, **kwargs).logits
+        with numerics(self.model):  # the model's attention-backend / strict-numerics policy
+            logits = self.model(input_ids=ids, **kwargs).logits
         self.forwards += 1
         return logits[0, -last:].float() if last is not None else logits[0].float()
 

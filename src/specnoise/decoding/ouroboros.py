@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from specnoise.decoding.base import Decoder, Output
-from specnoise.decoding.lookahead import LookaheadWindow, greedy_pick, layout, walk
+from specnoise.decoding.lookahead import LookaheadWindow, Pick, branch_points, greedy_pick, layout, walk
 from specnoise.decoding.ngram import NGramPool
 from specnoise.decoding.sampling import multi_candidate_accept, warp
 from specnoise.decoding.speculative import check_draft_context, draft_tokens, draft_vocab, rewind
@@ -60,49 +60,65 @@ class Ouroboros(Decoder):
     def reset_history(self) -> None:
         self.pool.clear()
 
-    def pick(self, logits: torch.Tensor, candidates: list[int]) -> tuple[int, bool]:
+    def decide(self, logits: torch.Tensor, paths: list, nodes: list[list[int]]) -> tuple[Pick, list[int]]:
+        """The walk's decisions and the argmax of every row (the harvest's predictions), from one read. Sampling
+        draws the decision at every branch point the walk may reach at once (sequential multi-candidate rejection
+        per point, independent draws), then the walk only looks them up."""
+        y = logits.argmax(-1)
         if self.cfg.temperature == 0:
-            return greedy_pick(logits, candidates)
-        return multi_candidate_accept(warp(logits, self.cfg), candidates, self.generator)
+            y = self.to_host(y)
+            return greedy_pick(y), y
+        points = branch_points(paths, nodes, 0)
+        tokens, hits = multi_candidate_accept(warp(logits[list(points)], self.cfg), list(points.values()),
+                                              self.generator)
+        read = self.to_host(torch.cat([y, tokens, hits.long()]))
+        y, tokens, hits = read[:len(y)], read[len(y):len(y) + len(points)], read[len(y) + len(points):]
+        decided = {at: (token, bool(hit)) for at, token, hit in zip(points, tokens, hits)}
+        return (lambda at, candidates: decided[at]), y
 
     def decode(self, prompt: list[int], out: Output) -> None:
-        cfg, M = self.cfg, self.cfg.beta
+        cfg, M = self.cfg, self.cfg.phrase_len
         check_draft_context(self.draft, prompt, out)
         if not cfg.reuse_history:
             self.pool.clear()
         noise = torch.Generator().manual_seed(cfg.seed)  # per prompt: speed independent of prompt order
-        window = LookaheadWindow(M + 1, cfg.W, self.pool, prompt, noise, cfg.faithful)
+        window = LookaheadWindow(M + 1, cfg.W, self.pool, prompt, noise, self.to_host, cfg.faithful)
         seq = list(prompt)
         while True:
             # 1. draft; drafts past the budget could never be emitted
-            d, fed = self.make_draft(window, seq, min(cfg.gamma, out.budget - len(out.tokens) - 1))
-            # 2. lengthen with the newest phrases for the draft's last token
-            key = d[-1] if d else seq[-1]
-            phrases = self.pool.newest(key, cfg.K) if cfg.lengthening else []
+            room = out.budget - len(out.tokens) - 1
+            d, fed = self.make_draft(window, seq, min(cfg.gamma, room))
+            # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
+            # (which also keeps their positions inside the context)
+            key, m = d[-1] if d else seq[-1], min(M, room - len(d))
+            phrases = [g[:m] for g in self.pool.newest(key, cfg.K)] if cfg.lengthening and m > 0 else []
             # 3. one target forward; the first step's is the target's prefill
             P, trunk = self.target.length, seq[self.target.length:] + d
-            lay = layout(len(trunk), (), len(phrases), M)
+            lay = layout(len(trunk), (), len(phrases), m, self.target.device)
             # logits from seq[-1] (row 0, predicting d[0]) on: d[j] is row 1+j, the phrases hang after d[-1]
             logits = self.target.forward(trunk + [t for g in phrases for t in g], lay.offsets + P, lay.tree,
-                                         last=len(d) + 1 + len(phrases) * M)
+                                         last=len(d) + 1 + len(phrases) * m)
             # 4. accept along draft-then-phrase paths (phrases share the draft as their prefix)
             d_nodes, phrase_nodes = list(range(1, len(d) + 1)), [[len(d) + i for i in g] for g in lay.ngrams]
             paths = [d + list(g[:M - 1] if cfg.faithful else g) for g in phrases] or [d]
-            block, kept = walk(paths, [d_nodes + g for g in phrase_nodes] or [d_nodes], 0, logits, self.pick)
+            nodes = [d_nodes + g for g in phrase_nodes] or [d_nodes]
+            pick, y = self.decide(logits, paths, nodes)
+            block, kept = walk(paths, nodes, 0, pick)
             start = len(seq)
             seq += out.emit(block)
             if out.done:
                 return
             self.target.compact(start, [start - 1 + i for i in kept])
             rewind(self.draft, fed, seq)
-            self.harvest(key, d, phrases, logits.argmax(-1).tolist(), d_nodes, phrase_nodes, len(block) - 1)
+            if m == M:  # phrases cut short near the budget are no pool material
+                self.harvest(key, d, phrases, y, d_nodes, phrase_nodes, len(block) - 1)
 
     def make_draft(self, window: LookaheadWindow, seq: list[int], want: int) -> tuple[list[int], list[int]]:
         """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), and all the tokens the draft model has seen."""
         if want <= 0:
             return [], list(seq)
         if not self.cfg.phrase_drafting:  # ablation: plain token-by-token drafting
-            d, _ = draft_tokens(self.draft, seq, want, self.vocab)
+            d = self.to_host(draft_tokens(self.draft, seq, want, self.vocab)[0])
             return d, seq + d
         d: list[int] = []
         while len(d) < want and not self.eos_ids.intersection(d):
@@ -119,7 +135,7 @@ class Ouroboros(Decoder):
         """Feed the pool from verification (greedy predictions, also under sampling: the pool only guesses).
 
         y: argmax per logits row (row 0 predicts d[0]); d_nodes / phrase_nodes: their rows; accepted: tokens kept."""
-        M, how = self.cfg.beta, self.cfg.harvest
+        M, how = self.cfg.phrase_len, self.cfg.harvest
         phrase_preds = [[y[i] for i in nodes] for nodes in phrase_nodes]
         if accepted < len(d):  # draft rejected: its tail still shows what the target continues with
             if how == "paper":

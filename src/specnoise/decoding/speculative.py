@@ -49,26 +49,28 @@ def check_draft_context(draft: KVModel, prompt: list[int], out: Output) -> None:
 
 def draft_tokens(draft: KVModel, seq: list[int], n: int, vocab: int,
                  probs: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 generator: torch.Generator | None = None) -> tuple[list[int], list[torch.Tensor]]:
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``n`` tokens from the draft after ``seq``, feeding it only what its cache lacks; the last one is not fed.
 
-    Greedy when ``probs`` is None; else each token is sampled from ``probs(logits)``, returned as q per token.
+    Greedy when ``probs`` is None; else each token is sampled from ``probs(logits)``. The tokens (long [n]) and,
+    when sampling, their distributions q ([n, vocab]) stay on the device: each is fed back without a read, and the
+    caller reads them together with the target's verdict.
     """
-    tokens: list[int] = []
-    qs: list[torch.Tensor] = []
+    tokens = torch.empty(n, dtype=torch.long, device=draft.device)
+    q = None if probs is None else torch.empty(n, vocab, device=draft.device)
     if n <= 0:
-        return tokens, qs
+        return tokens, q
     logits = draft.forward(seq[draft.length:], last=1)[-1]
-    while True:
+    for i in range(n):
         logits = fit_vocab(logits, vocab)
         if probs is None:
-            tokens.append(int(logits.argmax(-1)))
+            tokens[i] = logits.argmax(-1)
         else:
-            qs.append(probs(logits))
-            tokens.append(sample(qs[-1], generator))
-        if len(tokens) == n:
-            return tokens, qs
-        logits = draft.forward(tokens[-1:])[-1]
+            q[i] = probs(logits)
+            tokens[i] = sample(q[i], generator)
+        if i + 1 < n:
+            logits = draft.forward(tokens[i:i + 1])[-1]
+    return tokens, q
 
 
 def rewind(model: KVModel, fed: list[int], seq: list[int]) -> None:
@@ -92,13 +94,14 @@ class Speculative(Decoder):
     def decode(self, prompt: list[int], out: Output) -> None:
         check_draft_context(self.draft, prompt, out)
         q_of = partial(warp, cfg=self.cfg) if self.cfg.temperature > 0 else None
-        seq, gamma = list(prompt), self.cfg.gamma
+        seq, gamma, device = list(prompt), self.cfg.gamma, self.target.device
         while True:
             n = min(gamma, out.budget - len(out.tokens) - 1)  # drafts past the budget could never be emitted
             drafts, q = draft_tokens(self.draft, seq, n, self.vocab, q_of, self.generator)
             # the first step's forward is the target's prefill
-            logits = self.target.forward(seq[self.target.length:] + drafts, last=n + 1)
-            block = self.verify(logits, drafts, torch.stack(q) if q else None)
+            uncached = torch.as_tensor(seq[self.target.length:], device=device)
+            logits = self.target.forward(torch.cat([uncached, drafts.to(device)]), last=n + 1)
+            block, drafts = self.verify(logits, drafts.to(device), q)
             fed = seq + drafts
             seq += out.emit(block)
             if out.done:
@@ -108,8 +111,14 @@ class Speculative(Decoder):
             if self.cfg.schedule == "heuristic":  # HF assisted generation's schedule
                 gamma = gamma + 2 if len(block) > n else max(1, gamma - 1)
 
-    def verify(self, logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None) -> list[int]:
-        """Accepted drafts plus the target's token: matching prefix (greedy) or min(1, p/q) acceptance."""
+    def verify(self, logits: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None) -> tuple[list[int], list[int]]:
+        """Accepted drafts plus the target's token (matching prefix, or min(1, p/q) acceptance), and the drafts:
+        both from one read."""
+        n = drafts.numel()
         if self.cfg.temperature == 0:
-            return greedy_accept(drafts, logits.argmax(-1).tolist())
-        return speculative_sample(warp(logits, self.cfg), q, drafts, self.generator)
+            read = self.to_host(torch.cat([drafts, logits.argmax(-1)]))
+            drafts, y = read[:n], read[n:]
+            return greedy_accept(drafts, y), drafts
+        accepted, token = speculative_sample(warp(logits, self.cfg), q.to(logits.device), drafts, self.generator)
+        *drafts, a, token = self.to_host(torch.cat([drafts, accepted.view(1), token.view(1)]))
+        return drafts[:a] + [token], drafts

@@ -14,13 +14,14 @@ a score-0 retrieval still returns tokens, and the first step has no retrieval.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import torch
 
 from specnoise.decoding.base import Decoder, Output
 from specnoise.decoding.ngram import ahead_noise
-from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, best_size, build_tree, sub_tree, with_prefix
+from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, Tree, best_size, build_tree, sub_tree, with_prefix
 
 log = logging.getLogger("specnoise")
 
@@ -68,6 +69,20 @@ def best_path(paths: list[list[int]], right: list[bool]) -> tuple[list[int], int
     return best, accepted
 
 
+def cut(tree: Tree, depth: int) -> Tree:
+    """``tree`` without its nodes deeper than ``depth``. Near the budget they could never be emitted (a step emits
+    the accepted nodes plus one token), and their positions could run past a learned-position model's context.
+    Ancestors are shallower than their descendants, so what is left is still a tree over the same matrix C."""
+    keep = [0] + [i for i, node in enumerate(tree.nodes, start=1) if len(node) <= depth]
+    new = {old: i for i, old in enumerate(keep)}
+    idx = torch.tensor(keep, device=tree.mask.device)
+    paths = dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths)  # cut paths may repeat
+    cell = [tree.cell[i - 1] for i in keep[1:]]
+    return dataclasses.replace(tree, nodes=[tree.nodes[i - 1] for i in keep[1:]], depth=tree.depth[idx],
+                               mask=tree.mask[idx][:, idx], parent=[new[tree.parent[i]] for i in keep],
+                               paths=[list(p) for p in paths], cell=cell, used=sorted(set(cell)))
+
+
 class TRJacobi(Decoder):
     name = "tr_jacobi"
 
@@ -83,14 +98,24 @@ class TRJacobi(Decoder):
         self.fastest: dict[int, float] = {}  # tree=auto: fastest verify forward seen per size q, over the probes
         self.probes = 0
         self.generations = 0
+        self.cut_trees: dict[int, Tree] = {}  # by depth, for the last steps before the budget
+
+    def tree_for(self, budget: int) -> Tree:
+        """The tree for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut."""
+        if budget - 1 >= self.tree.rows:
+            return self.tree
+        if budget - 1 not in self.cut_trees:
+            self.cut_trees[budget - 1] = cut(self.tree, budget - 1)
+        return self.cut_trees[budget - 1]
 
     def decode(self, prompt: list[int], out: Output) -> None:
-        tree, K, faithful = self.tree, self.cfg.topk, self.cfg.faithful
+        K, faithful = self.cfg.topk, self.cfg.faithful
         seq = list(prompt)  # accepted context
         pending = list(prompt)  # accepted tokens without KV yet, root last; the first step is fused with prefill
-        C: list[int | None] = [None] * (tree.rows * tree.width)  # candidate matrix, flat; None = empty
+        C: list[int | None] = [None] * (self.tree.rows * self.tree.width)  # candidate matrix, flat; None = empty
         first = True
         while True:
+            tree = self.tree_for(out.budget - len(out.tokens))
             if self.R and not (faithful and first):
                 for d, token in enumerate(retrieve(seq, self.cfg.retrieval_ngram, self.R, faithful)):
                     C[d * tree.width + K] = token
@@ -104,10 +129,13 @@ class TRJacobi(Decoder):
             if m > 1:
                 positions = torch.cat([torch.arange(P, P + m - 1, device=positions.device), positions])
             logits = self.target.forward(pending + nodes, positions, with_prefix(tree.mask, m - 1), last=len(nodes) + 1)
-            y = logits.argmax(-1).tolist()  # y[i]: prediction after input i (root = 0, node i = i)
+            # y[i]: prediction after input i (root = 0, node i = i); top[i]: its top-k, the next step's candidates
+            k = min(K, logits.shape[-1])
+            read = self.to_host(torch.cat([logits.argmax(-1, keepdim=True), logits.topk(k, dim=-1).indices], dim=1))
+            y, top = [r[0] for r in read], [r[1:] for r in read]
             tokens = [pending[-1]] + nodes
             right = [False] + [tokens[i] == y[tree.parent[i]] for i in range(1, len(tokens))]
-            if self.stats is not None:
+            if self.stats is not None and tree is self.tree:  # a tree cut at the budget lacks the index
                 self.stats.observe(right, tree, self.index)
             path, a = best_path(tree.paths, right)
             block = [tokens[i] for i in path[1:a + 1]] + [y[path[a]]]  # accepted nodes + the bonus token
@@ -124,10 +152,8 @@ class TRJacobi(Decoder):
             # (faithful: paths padded with the root to full depth, as MSN's code does)
             C = [None] * (tree.rows * tree.width)
             slots = (path + [0] * tree.rows)[a + 1:tree.rows + 1] if faithful else path[a + 1:]
-            if slots:
-                k = min(K, logits.shape[-1])
-                for d, row in enumerate(logits[slots].topk(k, dim=-1).indices.tolist()):
-                    C[d * tree.width:d * tree.width + k] = row
+            for d, slot in enumerate(slots):
+                C[d * tree.width:d * tree.width + k] = top[slot]
 
     # ------------------------------------------------------------------------------------ tree=auto
     def generate(self, prompt, max_new_tokens):
@@ -157,6 +183,7 @@ class TRJacobi(Decoder):
         p = self.stats.p()
         k = best_size(p, cost)
         self.tree, self.R, self.index = sub_tree(self.full, p, k, self.cfg.topk, device=self.target.device)
+        self.cut_trees = {}
         expected = 1 + sum(p[i] for i in self.index)
         self.meta = {"tree": f"auto({AUTO_TEMPLATE})", "tree_nodes": k, "retrieval_len": self.R,
                      "expected_accepted": round(expected, 3), "observed_steps": self.stats.steps,

@@ -67,7 +67,7 @@ def bench_step_time(model_path: str, data_path: str | None = None, steps: int = 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(ASSETS_DIR / "models" / "tiny-code"))
+    parser.add_argument("--model", default=str(ASSETS_DIR / "models" / "small-code"))
     parser.add_argument("--data", default=None, help="Alpaca-style JSON/JSONL (default: shipped codegen-instruct)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=8)

@@ -3,7 +3,8 @@
 A batch is right-padded ``ids`` [B, T] with, per row, ``prompt_lens`` P and real ``lengths`` T_b. The
 response is positions [P, T_b); its last token (usually EOS) is never noised, so a segment of length L
 starts at s in [P, T_b - L - 1]. Short responses (fewer than L + 1 tokens) follow ``short``:
-``shrink`` the segment to R - 1 tokens (no noise when R = 1), or ``skip`` noise for that sample.
+``skip`` noise for that sample (the default, as the paper: responses of <= L tokens are not noised), or
+``shrink`` the segment to R - 1 tokens (no noise when R = 1).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def fill_random(ids: torch.Tensor, mask: torch.Tensor, vocab_size: int, generato
 
 
 def add_noise(ids, prompt_lens, lengths, *, length: int, content: str = "ahead", segments: int = 1,
-              short: str = "shrink", vocab_size: int = 0, token_loss=None, generator=None):
+              short: str = "skip", vocab_size: int = 0, token_loss=None, generator=None):
     """(noisy ids, mask of noised positions, per-row segment lengths). ``token_loss`` given = ppl location."""
     prompt_lens = prompt_lens.clamp(min=1)  # position 0 has no earlier token to copy
     seg_lens = segment_lengths(prompt_lens, lengths, length, short)

@@ -4,10 +4,15 @@ Trainer brings accelerate (DDP / FSDP / DeepSpeed via ``accelerate launch --conf
 checkpoints and resume, progress bars, and rank-0-only wandb logging and saving. Two additions:
 held-out losses use the clean collator (MSN and SFT are compared on the same noiseless inputs), and the
 collator's noise counts go into every log line.
+
+Resume (``train.resume=true`` in the killed run's directory) continues the checkpoints, the same wandb run
+(its id is kept in the run directory), and keeps the first start's ``.hydra/overrides.yaml``, which Hydra
+rewrites at every start and the report reads the job's settings from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -52,9 +57,19 @@ class TimeBudget(TrainerCallback):
             control.should_training_stop = True
 
 
+class FinalEvalOnce(TrainerCallback):
+    """Trainer evaluates after the last step by itself; ``fit`` evaluates the final (saved) weights anyway,
+    so the held-out set is evaluated once at the end, not twice."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_training_stop or state.global_step >= state.max_steps:
+            control.should_evaluate = False
+
+
 class SpecnoiseTrainer(Trainer):
     def __init__(self, *args, eval_collator: Collator | None = None, budget: TimeBudget | None = None, **kwargs):
-        super().__init__(*args, callbacks=[budget] if budget else None, **kwargs)
+        # FinalEvalOnce after the budget: both run after DefaultFlowCallback, and it reads their decision to stop
+        super().__init__(*args, callbacks=[c for c in (budget, FinalEvalOnce()) if c], **kwargs)
         self.eval_collator, self.budget = eval_collator, budget
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
@@ -77,6 +92,26 @@ class SpecnoiseTrainer(Trainer):
         super().log(logs, *args, **kwargs)
 
 
+def on_main_process() -> bool:
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
+def keep_first_overrides(run_dir: Path, resume: bool) -> None:
+    """A first start saves ``.hydra/overrides.yaml`` as ``overrides.first.yaml``; a resumed start (whose
+    command Hydra has just written there) puts the first back and keeps its own as ``overrides.resume.yaml``."""
+    hydra_dir = run_dir / ".hydra"
+    current, first = hydra_dir / "overrides.yaml", hydra_dir / "overrides.first.yaml"
+    if not current.is_file():  # not started by Hydra's app (tests, notebooks)
+        return
+    if not resume:
+        shutil.copyfile(current, first)
+    elif first.is_file():
+        shutil.copyfile(current, hydra_dir / "overrides.resume.yaml")
+        shutil.copyfile(first, current)
+
+
 def agree_on_run_dir(run_dir: Path) -> Path:
     """Every rank composes its own timestamped Hydra directory: take rank 0's so all write to one place."""
     from accelerate import PartialState
@@ -91,12 +126,16 @@ def agree_on_run_dir(run_dir: Path) -> Path:
 def open_tracker(conf: Config, cfg: DictConfig, run_dir: Path):
     """(tracker, Trainer's report_to): rank 0 opens the job's wandb run (specnoise.tracking), and Trainer's
     wandb callback logs the loss curves into it; the other ranks log nothing."""
-    from accelerate import PartialState
-
-    if not PartialState().is_main_process:
+    if not on_main_process():
         return Tracker(), "none"
-    tracker = start_run(conf, cfg, run_dir, job_type="train")
+    tracker = start_run(conf, cfg, run_dir, job_type="train", resume=conf.train.resume)
     return tracker, ["wandb"] if tracker.mode != "disabled" else "none"
+
+
+# transformers 5.23 renamed gradient_checkpointing (a deprecated alias there) to activation_checkpointing;
+# 5.17 knows only the old name
+CHECKPOINTING = next(name for name in ("activation_checkpointing", "gradient_checkpointing")
+                     if name in {f.name for f in dataclasses.fields(TrainingArguments)})
 
 
 def training_args(conf: Config, run_dir: Path, report_to, has_eval: bool) -> TrainingArguments:
@@ -124,7 +163,7 @@ def training_args(conf: Config, run_dir: Path, report_to, has_eval: bool) -> Tra
         report_to=report_to,
         remove_unused_columns=False,  # the collator needs prompt_len
         dataloader_num_workers=t.num_workers,
-        activation_checkpointing=t.gradient_checkpointing,
+        **{CHECKPOINTING: t.gradient_checkpointing},
         include_num_input_tokens_seen="non_padding",
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=False,

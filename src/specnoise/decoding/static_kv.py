@@ -1,0 +1,265 @@
+"""The static-cache engine: ``KVModel``'s interface over a Hugging Face ``StaticCache``, so forwards have fixed
+shapes and can be compiled (``torch.compile``; CUDA graphs on CUDA).
+
+Eager decoding on a GPU waits on Python: one forward costs the same for 1 or 69 new tokens (GPU.md). This engine
+removes the shape changes that stop compilation:
+  * one ``StaticCache`` per model, sized once (prompt + budget + the largest block, at least ``MIN_CAPACITY`` slots
+    or the model's context) and grown, never shrunk, when a longer generation needs it;
+  * every block of up to ``BUCKETS[-1]`` tokens is padded to the next bucket size; pad tokens see only themselves
+    and are never cached as valid: after the forward the write offset is set back to the true length;
+  * the additive mask spans the whole static length: 0 below the length, the block's own tree mask at
+    ``[length, length + block)``, the minimum everywhere else, so stale slots at or past the length are invisible;
+  * crop = moving the write offset back; compaction = in-place index copies (``KVModel.compact``).
+Longer blocks (a long prompt's prefill) run eagerly, unpadded, on the same cache.
+
+In transformers 5.23 each ``StaticLayer`` keeps its own write offset (``cumulative_length``, a tensor with a static
+address) and ignores ``cache_position``; the offsets always equal ``length`` between calls, so moving them is one
+fused ``_foreach_add_``. The host keeps ``length`` as a Python int: no forward or crop reads the device.
+
+GPU check (compiled vs eager tokens and timings, one command): ``python -m specnoise.decoding.static_kv --check``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import StaticCache
+
+from specnoise.decoding.kv import KVModel, causal_block
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)  # padded block sizes: one compiled graph each
+MIN_CAPACITY = 2048  # slots allocated at least (within the context): few prompts ever make the cache grow
+WARMUP_CALLS = 3  # per bucket: compile, then CUDA-graph warm-up and recording
+
+
+def use_static_cache(setting, compile: bool, device: torch.device) -> bool:
+    """``model.static_cache``: true | false | auto (on CUDA, or whenever the forward is compiled)."""
+    return setting is True or (setting == "auto" and (device.type == "cuda" or compile))
+
+
+def capacity_for(need: int, context: int, block: int = BUCKETS[-1]) -> int:
+    """At least ``need`` slots: a power of two of at least ``MIN_CAPACITY``, capped at the context plus one padded
+    block, so a benchmark allocates (and compiles) once and rarely grows."""
+    return max(need, min(max(MIN_CAPACITY, 1 << (need - 1).bit_length()), context + block))
+
+
+class StaticKVModel(KVModel):
+    """``KVModel`` over a static cache. ``compile``: ``torch.compile`` the padded forward, for every bucket, when the
+    cache is allocated (``reserve``, before a generation's clock starts); that time is ``compile_seconds``."""
+
+    def __init__(self, model: torch.nn.Module, compile: bool = False, buckets: tuple[int, ...] | None = None):
+        super().__init__(model)  # checks the model; its DynamicCache is replaced below
+        self.cache: StaticCache | None = None  # allocated by reserve() or the first forward
+        self.buckets, self.compiled = tuple(sorted(buckets or BUCKETS)), compile
+        self.capacity, self._length = 0, 0
+        self.compile_seconds = 0.0
+        self._offsets: list[torch.Tensor] = []  # every layer's write offset; all equal self._length between calls
+        self._step = self._logits
+        if compile:
+            # one graph per (bucket, capacity): more than dynamo's default 8 recompiles of model.forward's frame
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            mode = "reduce-overhead" if self.device.type == "cuda" else "default"  # CUDA graphs on CUDA
+            self._step = torch.compile(self._logits, mode=mode, dynamic=False)
+
+    # -------------------------------------------------------------------------------------- bookkeeping
+    @property
+    def length(self) -> int:
+        return self._length
+
+    @torch.inference_mode()
+    def reserve(self, n: int) -> None:
+        """A generation of up to ``n`` tokens follows: size the cache for it (and its last padded block) now."""
+        self._ensure(n + self.buckets[-1])
+
+    def reset(self) -> None:
+        self.crop(0)
+        self.forwards = 0
+
+    @torch.inference_mode()  # the offsets are inference tensors
+    def crop(self, n: int) -> None:
+        if n < self._length:
+            self._shift(n - self._length)
+            self._length = n
+
+    def _shift(self, delta: int) -> None:
+        if delta:
+            torch._foreach_add_(self._offsets, delta)
+
+    # ------------------------------------------------------------------------------------------ forward
+    @torch.inference_mode()
+    def forward(self, tokens, positions=None, tree: torch.Tensor | None = None,
+                last: int | None = None) -> torch.Tensor:
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(-1)
+        P, q = self._length, ids.numel()
+        pos = (torch.arange(P, P + q, device=self.device) if positions is None
+               else torch.as_tensor(positions, dtype=torch.long, device=self.device).view(-1))
+        keep = causal_block(q, self.device) if tree is None else tree.to(self.device)
+        size = next((b for b in self.buckets if b >= q), q)  # q itself past the largest bucket: eager, unpadded
+        self._ensure(P + size)
+        if size > q:  # pads: token 0 at the last real position, each seeing only itself
+            ids = torch.cat([ids, ids.new_zeros(size - q)])
+            pos = torch.cat([pos, pos[-1:].expand(size - q)])
+            padded = torch.eye(size, dtype=torch.bool, device=self.device)
+            padded[:q, :q] = keep
+            keep = padded
+        mask = self._mask(P, keep)
+        rows = slice(q - last if last is not None else 0, q)
+        if size in self.buckets:
+            if self.compiled and self.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
+            # compiled outputs live in CUDA-graph memory that the next call overwrites: copy the rows we return
+            logits = self._step(ids, pos, mask)[0, rows].to(torch.float32, copy=self.compiled)
+        else:
+            kwargs = {"logits_to_keep": last} if last is not None and self._can_keep_last else {}
+            logits = self._logits(ids, pos, mask, **kwargs)[0]
+            logits = (logits[-last:] if last is not None else logits).float()
+        self._shift(q - size)  # the model advanced every offset by the padded size
+        self._length = P + q
+        self.forwards += 1
+        return logits
+
+    def _logits(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, **kwargs) -> torch.Tensor:
+        return self.model(input_ids=ids.view(1, -1), position_ids=pos.view(1, -1), attention_mask=mask,
+                          past_key_values=self.cache, use_cache=True, **kwargs).logits
+
+    def _mask(self, P: int, keep: torch.Tensor) -> torch.Tensor:
+        """[1, 1, block, capacity] additive mask: every cached slot below P, the block by ``keep``, nothing else."""
+        q = keep.shape[0]
+        mask = torch.full((1, 1, q, self.capacity), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        mask[..., :P] = 0
+        mask[0, 0, :, P:P + q].masked_fill_(keep, 0)
+        return mask
+
+    # ------------------------------------------------------------------------------------------ the cache
+    def _ensure(self, need: int) -> None:
+        """Make room for ``need`` slots: allocate (and compile) on first use, grow (copying the live KV) past it."""
+        if need <= self.capacity:
+            return
+        old, n = self.cache, self._length
+        self.capacity = capacity_for(need, self.max_length, self.buckets[-1])
+        self.cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
+        self._length = 0
+        # one eager one-token forward allocates every layer's tensors (with the shapes, dtype and device the model
+        # really produces) before anything is compiled; its slot is then forgotten
+        self._logits(torch.zeros(1, dtype=torch.long, device=self.device), torch.zeros(1, dtype=torch.long,
+                     device=self.device), self._mask(0, causal_block(1, self.device)))
+        self._offsets = [layer.cumulative_length for layer in self.cache.layers]
+        self._shift(-1)
+        if self.compiled:
+            self._compile()
+        if old is not None and n:
+            for new_layer, old_layer in zip(self.cache.layers, old.layers):
+                new_layer.keys[..., :n, :] = old_layer.keys[..., :n, :]
+                new_layer.values[..., :n, :] = old_layer.values[..., :n, :]
+            self._shift(n)
+            self._length = n
+
+    def _compile(self) -> None:
+        """Compile (and on CUDA record) every bucket's forward on the empty cache; the slots it writes are junk
+        that the mask hides and the next forwards overwrite."""
+        start = time.perf_counter()
+        for size in self.buckets:
+            ids = torch.zeros(size, dtype=torch.long, device=self.device)
+            mask = self._mask(0, causal_block(size, self.device))
+            for _ in range(WARMUP_CALLS):
+                if self.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                self._step(ids, torch.arange(size, device=self.device), mask)
+                self._shift(-size)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.compile_seconds += time.perf_counter() - start
+
+
+def kv_model(loaded) -> KVModel:
+    """The engine for a ``LoadedModel``: a fresh dynamic ``KVModel``, or its one shared ``StaticKVModel`` (every
+    decoder of a job runs one generation at a time, so they share its cache and compiled graphs)."""
+    if not loaded.static_cache:
+        return KVModel(loaded.model)
+    if "static" not in loaded.engines:
+        loaded.engines["static"] = StaticKVModel(loaded.model, compile=loaded.compile)
+    return loaded.engines["static"]
+
+
+# ------------------------------------------------------------------------------------------ GPU check
+CHECK_DECODERS = ("ar", "jacobi", "tr_jacobi", "pld", "lookahead", "speculative", "ouroboros", "hf_static")
+
+
+def check(model: str | None = None, draft: str | None = None, dtype: str = "float32", prompts: int = 4,
+          new_tokens: int = 128, decoders=CHECK_DECODERS, device: str = "auto", buckets=None) -> dict:
+    """Every decoder on three engines (dynamic, static eager, static compiled) against dynamic AR's tokens on the
+    shipped tiny models and HumanEval prompts; prints ms/token, tokens identical to AR and compile seconds.
+    Returns {engine: {decoder: {...}}}; ``ok`` is False when a decoder's tokens differ from AR's (fp32) or
+    compiled tokens differ from eager static ones (any dtype)."""
+    import dataclasses
+    import gzip
+    import json
+
+    from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, ModelConfig
+    from specnoise.decoding import static_kv  # the engine's module (under -m this file runs as __main__)
+    from specnoise.decoding.base import build_decoder
+    from specnoise.models import load_model
+
+    static_kv.BUCKETS = tuple(buckets or static_kv.BUCKETS)
+
+    loaded = {role: load_model(ModelConfig(name=role, path=path, dtype=dtype, device=device, static_cache=False))
+              for role, path in (("model", model or str(ASSETS_DIR / "models/small-code-msn")),
+                                 ("draft", draft or str(ASSETS_DIR / "models/small-code-draft")))}
+    with gzip.open(ASSETS_DIR / "data/humaneval/HumanEval.jsonl.gz", "rt") as f:
+        texts = [json.loads(line)["prompt"] for line, _ in zip(f, range(prompts))]
+    ids = [loaded["model"].tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+    engines = {"dynamic": dict(static_cache=False), "static": dict(static_cache=True),
+               "compiled": dict(static_cache=True, compile=True)}
+    report, tokens = {"ok": True}, {}
+    for engine, flags in engines.items():
+        target, drafter = (dataclasses.replace(m, engines={}, **flags) for m in loaded.values())
+        report[engine] = {}
+        for name in decoders:
+            if name.startswith("hf_") and engine != "dynamic":
+                continue  # generate() keeps its own cache, whatever the engine
+            decoder = build_decoder(DECODER_SCHEMAS[name](), target, drafter)
+            start = time.perf_counter()
+            decoder.generate(ids[0], new_tokens)  # warm-up: allocation and compilation
+            warmup = time.perf_counter() - start
+            outs = [decoder.generate(p, new_tokens) for p in ids]
+            tokens[engine, name] = [o.tokens for o in outs]
+            n, seconds = sum(len(o.tokens) for o in outs), sum(o.seconds for o in outs)
+            same_ar = sum(a == b for a, b in zip(tokens[engine, name], tokens["dynamic", "ar"])) / len(ids)
+            same_eager = (sum(a == b for a, b in zip(tokens[engine, name], tokens["static", name])) / len(ids)
+                          if engine == "compiled" else None)
+            report[engine][name] = dict(ms_per_token=1e3 * seconds / max(n, 1), tokens=n, identical_to_ar=same_ar,
+                                        identical_to_static_eager=same_eager, warmup_seconds=warmup,
+                                        compile_seconds=sum(getattr(kv, "compile_seconds", 0.0) for kv in
+                                                            filter(None, (decoder.target, decoder.draft))))
+            report["ok"] &= (same_ar == 1.0 or dtype != "float32") and same_eager in (None, 1.0)
+            print(f"{engine:9s} {name:12s} {report[engine][name]}", flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description="Static-cache engine check: compiled vs eager tokens and timings.")
+    parser.add_argument("--check", action="store_true", help="run the check (on CUDA when available)")
+    parser.add_argument("--model", help="target model path (default: the shipped small-code-msn)")
+    parser.add_argument("--draft", help="draft model path (default: the shipped small-code-draft)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--decoders", default=",".join(CHECK_DECODERS))
+    parser.add_argument("--buckets", help="padded block sizes, e.g. 1,8,128 (fewer: faster compilation)")
+    parser.add_argument("--out", help="write the report as JSON here")
+    args = parser.parse_args()
+    if not args.check:
+        parser.error("nothing to do: pass --check")
+    result = check(args.model, args.draft, args.dtype, args.prompts, args.new_tokens, args.decoders.split(","),
+                   args.device, args.buckets and [int(b) for b in args.buckets.split(",")])
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    print("OK" if result["ok"] else "MISMATCH")
+    sys.exit(0 if result["ok"] else 1)

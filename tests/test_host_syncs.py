@@ -1,0 +1,123 @@
+"""Host-device syncs: every device-to-host read of a decoder goes through ``Decoder.to_host``, and a step reads
+once (the draft loop included), so a GPU never idles waiting for the host more than needed. Also: decoders whose
+trees or phrases would reach past a learned-position model's context stay lossless there.
+
+``count_reads`` is the measurement behind the figures in issue #10 (run it on any decoder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import specnoise.decoding
+from conftest import EOS, VOCAB, make_model, prompts
+from specnoise.config import DECODER_SCHEMAS, ARConfig
+from specnoise.decoding.base import build_decoder
+from specnoise.models import LoadedModel
+
+BUDGET = 100
+GREEDY = ["ar", "jacobi", "tr_jacobi", "pld", "lookahead", "speculative", "ouroboros"]
+SAMPLING = ["ar", "speculative", "ouroboros"]
+PACKAGE = os.path.dirname(specnoise.decoding.__file__)
+CONVERSIONS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__", "cpu", "numpy")
+HOST_RNG = {"ahead_noise"}  # reads a CPU generator's draws: host memory, never a sync
+
+
+@pytest.fixture(scope="module")
+def models():
+    """(target, draft) that never stop early, so every decoder runs the whole budget."""
+    target = make_model("llama", layers=2, seed=0)
+    draft = make_model("llama", layers=1, seed=1, hidden_size=32, intermediate_size=64)
+    return dataclasses.replace(target, eos_ids=frozenset()), dataclasses.replace(draft, eos_ids=frozenset())
+
+
+@contextlib.contextmanager
+def conversions_in_decoders():
+    """Every tensor -> Python conversion that code of the decoding package makes, by calling function name."""
+    calls: list[str] = []
+    originals = {name: getattr(torch.Tensor, name) for name in CONVERSIONS}
+
+    def counted(fn):
+        def wrapper(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code
+            if caller.co_filename.startswith(PACKAGE):
+                calls.append(caller.co_name)
+            return fn(self, *args, **kwargs)
+        return wrapper
+
+    for name, fn in originals.items():
+        setattr(torch.Tensor, name, counted(fn))
+    try:
+        yield calls
+    finally:
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, fn)
+
+
+def count_reads(decoder, n_prompts: int = 2) -> tuple[int, int, int, list[str]]:
+    """(to_host reads, target forwards, draft forwards, the functions that converted tensors without to_host) over
+    ``n_prompts`` generations of BUDGET tokens."""
+    reads = forwards = drafts = 0
+    with conversions_in_decoders() as calls:
+        for prompt in prompts(n_prompts, seed=7):
+            out = decoder.generate(prompt, BUDGET)
+            assert len(out.tokens) == BUDGET
+            reads, forwards = reads + out.host_reads, forwards + out.target_forwards
+            drafts += out.draft_forwards
+    stray = sorted({name for name in calls if name != "to_host"})
+    return reads, forwards, drafts, stray
+
+
+CASES = [(name, {}) for name in GREEDY] + [("ouroboros", dict(phrase_drafting=False))] + \
+        [(name, dict(temperature=1.0, seed=1)) for name in SAMPLING]
+
+
+@pytest.mark.parametrize("name,options", CASES, ids=[n + "".join(f"-{k}={v}" for k, v in o.items()) for n, o in CASES])
+def test_at_most_one_read_per_model_forward(models, name, options):
+    decoder = build_decoder(DECODER_SCHEMAS[name](**options), *models)
+    reads, forwards, drafts, stray = count_reads(decoder)
+    assert set(stray) <= HOST_RNG, f"{name} reads device tensors outside to_host in {stray}"
+    sampling = options.get("temperature", 0) > 0
+    if name == "ouroboros" and options.get("phrase_drafting", True):
+        # each draft step is a lookahead step whose next input depends on what it accepted: one read per step
+        assert reads == forwards + drafts
+    else:
+        assert reads <= (3 if sampling else 2) * forwards, f"{name}: {reads / forwards:.2f} reads per target forward"
+
+
+def test_reads_are_counted_per_generation(models):
+    decoder = build_decoder(DECODER_SCHEMAS["ar"](), *models)
+    assert decoder.generate([5, 6, 7], 9).host_reads == 9  # one argmax per token
+    assert decoder.generate([5, 6, 7], 4).host_reads == 4  # reset for each prompt
+
+
+# ------------------------------------------------------------------------- learned positions at the context's end
+CONTEXT = 40
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    """A GPT-2 model with learned absolute positions: a position past the context is an IndexError."""
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=CONTEXT, n_embd=64, n_layer=2, n_head=4, initializer_range=0.3,
+                        bos_token_id=1, eos_token_id=EOS, pad_token_id=0)
+    model = GPT2LMHeadModel(config).eval()
+    return LoadedModel("random-gpt2", "", model, None, frozenset({EOS}), "raw")
+
+
+@pytest.mark.parametrize("name", ["tr_jacobi", "lookahead", "ouroboros", "jacobi", "pld", "speculative"])
+@pytest.mark.parametrize("prompt_len,budget", [(38, 2), (39, 1), (35, 5), (30, 10), (20, 20)])
+def test_lossless_at_the_end_of_a_learned_position_context(gpt2, name, prompt_len, budget):
+    """Trees, windows and phrases hang up to several positions past the newest token: cut or clamped so that
+    none reaches past the context, with the tokens still AR's."""
+    decoder, reference = build_decoder(DECODER_SCHEMAS[name](), gpt2, gpt2), build_decoder(ARConfig(), gpt2)
+    for prompt in prompts(3, seed=prompt_len, min_len=prompt_len, max_len=prompt_len):
+        prompt = prompt[:prompt_len]
+        assert decoder.generate(prompt, budget).tokens == reference.generate(prompt, budget).tokens
