@@ -3,12 +3,18 @@ that stay trees, and TR-Jacobi on any picked sub-tree still equal to AR (fp32, t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from conftest import prompts
 from helpers_decoding import CYCLE, ar, cycle_successor, map_model
-from specnoise.config import ConfigError, TRJacobiConfig
+from helpers_models import save_tiny_model
+from specnoise.bench.runner import run_benchmark
+from specnoise.config import ConfigError, TRJacobiConfig, config_dir
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, best_size, build_tree, sub_tree
 
@@ -130,3 +136,18 @@ def test_every_sub_tree_size_is_lossless(target, k, retrieval_first):
     assert decoder.R == (min(k, 5) if retrieval_first else max(0, k - 63))
     for prompt in PROMPTS[:3]:
         assert decoder.generate(prompt, 24).tokens == ar(target, prompt, 24)
+
+
+def test_runner_records_the_picked_tree(tmp_path):
+    model = save_tiny_model(tmp_path / "model")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["def add(a, b):", "for i in range(10):"]))
+    overrides = [f"model.path={model}", "logger=none", "decoder=tr_jacobi", "decoder.tree=auto", "benchmark=jsonl",
+                 f"benchmark.path={prompts}", "benchmark.prompt_field=text", "benchmark.max_new_tokens=12"]
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    results = json.loads(run_benchmark(OmegaConf.to_object(cfg), cfg, tmp_path).read_text())
+    picked = results["meta"]["decoders"]["tr_jacobi"]
+    assert picked["tree"] == f"auto({AUTO_TEMPLATE})" and 1 <= picked["tree_nodes"] <= 68
+    assert picked["observed_steps"] > 0 and picked["cost_ratio"]["1"] == 1.0
+    assert all(r["lossless_fraction"] == 1.0 for r in results["rows"])

@@ -95,7 +95,8 @@ class TRJacobi(Decoder):
                      "retrieval_len": self.R}
         self.full, self.index = self.tree, None  # tree=auto: the template, and where each node of self.tree sits in it
         self.stats = NodeStats(self.tree) if auto else None
-        self.fastest: dict[int, float] = {}  # tree=auto: fastest verify forward seen per size q, probed at each pick
+        self.fastest: dict[int, float] = {}  # tree=auto: fastest verify forward seen per size q, over the probes
+        self.probes = 0
         self.generations = 0
         self.cut_trees: dict[int, Tree] = {}  # by depth, for the last steps before the budget
 
@@ -166,16 +167,18 @@ class TRJacobi(Decoder):
     def pick_tree(self) -> None:
         """Verify the sub-tree with the most expected accepted tokens per second from now on: per-node acceptance
         from every step so far, and the cost of a verify forward t(q) on this engine, probed on a grid of sizes
-        over the cache the last generation left (untimed) and interpolated in between. Every pick probes a few
-        more rounds and keeps each size's fastest time, so on a busy machine the curve converges on the
+        over the cache the last generation left (untimed) and interpolated in between. The first five picks probe
+        a few rounds each and keep each size's fastest time, so on a busy machine the curve converges on the
         uncontended cost instead of following the load."""
         from specnoise.bench.forward_cost import interpolate, measure_forward_costs
 
         full = len(self.full.nodes) + 1
         grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
-        self.target.crop(self.target.max_length - full)  # room for the largest probe
-        probed = measure_forward_costs(self.target, grid, repeats=3 if self.fastest else 10, warmup=1, reduce=min)
-        self.fastest = {q: min(t, self.fastest.get(q, t)) for q, t in probed.items()}
+        if self.probes < 5:  # then the curve has settled; an 8B model's probe costs seconds
+            self.target.crop(self.target.max_length - full)  # room for the largest probe
+            probed = measure_forward_costs(self.target, grid, repeats=3 if self.fastest else 10, warmup=1, reduce=min)
+            self.fastest = {q: min(t, self.fastest.get(q, t)) for q, t in probed.items()}
+            self.probes += 1
         cost = interpolate(self.fastest)
         p = self.stats.p()
         k = best_size(p, cost)
