@@ -166,7 +166,7 @@ def test_decoders_of_one_model_share_one_static_engine(static_pair):
 # ------------------------------------------------------------------------------------------ the choice
 def test_static_cache_setting():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert not use_static_cache("auto", False, cpu) and use_static_cache("auto", False, cuda)
+    assert not use_static_cache("auto", False, cpu) and not use_static_cache("auto", False, cuda)
     assert use_static_cache("auto", True, cpu) and use_static_cache(True, False, cpu)
     assert not use_static_cache(False, False, cuda)
 

@@ -75,7 +75,7 @@ class ModelConfig:
     trust_remote_code: bool = False
     # SDPA kernels allowed (numerics.py); math is always the fallback; [] = torch's own choice
     sdpa_backends: list[str] = field(default_factory=lambda: ["flash", "efficient", "math"])
-    static_cache: Any = "auto"  # true | false | auto (on CUDA or when compiling): decoders' static-cache engine
+    static_cache: Any = "auto"  # true | false | auto (= when compiling): decoders' static-cache engine
     compile: bool = False  # torch.compile the static engine's fixed-shape forwards (CUDA graphs on CUDA)
     # block sizes the static engine pads to (one compiled graph each); 72 fits TR-Jacobi's 69-token tree step
     static_buckets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 72, 128])
