@@ -22,7 +22,7 @@ demo: setup
 	$(BIN)/python -m specnoise +experiment=quickstart
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2  # two workers: the CI machine has two cores, each test runs one torch thread
 
 test-slow: setup
 	$(BIN)/python -m pytest -m slow

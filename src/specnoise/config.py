@@ -463,7 +463,7 @@ class ReportConfig:
     runs: list[str] = field(default_factory=list)  # run / multirun directories to collect
     out_dir: str | None = None  # default: the Hydra run directory
     x: str | None = None  # swept key to plot metrics against (None: the first numeric swept key; "off": none)
-    metrics: list[str] = field(default_factory=lambda: ["speedup", "mean_accepted_tokens"])  # plotted
+    metrics: list[str] = field(default_factory=lambda: ["speedup", "mean_accepted_tokens", "ref_nll"])  # plotted
     categories: bool = True  # per-category table and plot when a benchmark has categories
     plots: bool = True  # PNG plots (matplotlib, Agg)
     wandb: bool = True  # with logger=wandb: also log the table and plots as one `report` run
