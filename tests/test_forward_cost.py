@@ -25,13 +25,6 @@ TINY_ARCH = ["train.arch.vocab_size=128", "train.arch.hidden_size=32", "train.ar
 FAST = ["forward_cost.q=[2,4]", "forward_cost.cache_len=32", "forward_cost.repeats=2", "forward_cost.warmup=1"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def configure(*overrides):
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):

@@ -24,13 +24,6 @@ SHIPPED_SFT = ASSETS_DIR / "models" / "small-code-sft"
 HUMANEVAL = str(ASSETS_DIR / "data" / "humaneval" / "HumanEval.jsonl.gz")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 @pytest.fixture(scope="module")
 def random_model(tmp_path_factory) -> Path:

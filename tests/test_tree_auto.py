@@ -21,13 +21,6 @@ from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, best_size, build_
 PROMPTS = prompts(5, seed=3)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 # ------------------------------------------------------------------------------------------ selection
 def test_best_size_trades_acceptance_against_cost():
