@@ -255,7 +255,8 @@ def restore_turns(rows: list[dict], name: str, sample: Sample, encode) -> list[T
     """Decoder ``name``'s turns of a sample finished by an earlier run, from its per-prompt rows."""
     turns: list[Turn] = []
     for r in sorted((r for r in rows if r["decoder"] == name), key=lambda r: r["turn"]):
-        out = DecodeOutput(r["tokens"], r["target_forwards"], r["draft_forwards"], r["accepted"], r["seconds"])
+        out = DecodeOutput(r["tokens"], r["target_forwards"], r["draft_forwards"], r["accepted"], r["seconds"],
+                           host_reads=r.get("host_reads", 0))
         turns.append(Turn(encode(sample, [t.text.strip() for t in turns]), out, r["output"]))
     return turns
 
@@ -287,7 +288,7 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "id": s.id, "category": s.category, "turn": k, "decoder": name,
                 "prompt_tokens": len(t.prompt), "new_tokens": len(t.out.tokens),
                 "target_forwards": t.out.target_forwards, "draft_forwards": t.out.draft_forwards,
-                "seconds": t.out.seconds, "accepted": t.out.accepted,
+                "seconds": t.out.seconds, "accepted": t.out.accepted, "host_reads": t.out.host_reads,
                 "identical_to_ar": t.out.tokens == ar_tokens if m.lossless else None,
                 "first_divergence": first_divergence(t.out.tokens, ar_tokens) if m.lossless else None,
                 **audit_fields(m.audits.get((name, s.id, k))),
