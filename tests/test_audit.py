@@ -190,3 +190,22 @@ def test_bad_backend_name_is_a_config_error():
         cfg = compose("config", overrides=["model.sdpa_backends=[flash,fast]"])
     with pytest.raises(ConfigError, match=r"model.sdpa_backends\[\]: got 'fast'"):
         OmegaConf.to_object(cfg)
+
+
+@pytest.mark.parametrize("engine", ["dynamic", "static"])
+def test_every_engine_runs_the_model_under_its_policy(engine):
+    """The backend / strict policy is entered around the model call by both engines, not just the dynamic one."""
+    from specnoise.decoding.static_kv import StaticKVModel
+
+    model = make_model("llama").model
+    use_numerics(model, strict=True)
+    seen = []
+    hook = model.register_forward_pre_hook(lambda *_: seen.append(sdpa_flags()))
+    try:
+        kv = KVModel(model) if engine == "dynamic" else StaticKVModel(model, buckets=(1, 8))
+        kv.forward(prompts(1, seed=2)[0][:5])
+        kv.forward([3])
+    finally:
+        hook.remove()
+        use_numerics(model, backends=["flash", "efficient", "math"], strict=False)
+    assert seen and all(flags == (False, False, True, False) for flags in seen)  # math only, every call

@@ -27,6 +27,7 @@ import torch
 from transformers import StaticCache
 
 from specnoise.decoding.kv import KVModel, causal_block
+from specnoise.numerics import numerics
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 72, 128)  # padded block sizes: one compiled graph each
 MIN_CAPACITY = 2048  # slots allocated at least (within the context): few prompts ever make the cache grow
@@ -107,15 +108,16 @@ class StaticKVModel(KVModel):
             keep = padded
         mask = self._mask(P, keep)
         rows = slice(q - last if last is not None else 0, q)
-        if size in self.buckets:
-            if self.compiled and self.device.type == "cuda":
-                torch.compiler.cudagraph_mark_step_begin()
-            # compiled outputs live in CUDA-graph memory that the next call overwrites: copy the rows we return
-            logits = self._step(ids, pos, mask)[0, rows].to(torch.float32, copy=self.compiled)
-        else:
-            kwargs = {"logits_to_keep": last} if last is not None and self._can_keep_last else {}
-            logits = self._logits(ids, pos, mask, **kwargs)[0]
-            logits = (logits[-last:] if last is not None else logits).float()
+        with numerics(self.model):  # the model's attention-backend / strict-numerics policy, as KVModel.forward
+            if size in self.buckets:
+                if self.compiled and self.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()
+                # compiled outputs live in CUDA-graph memory that the next call overwrites: copy the rows we return
+                logits = self._step(ids, pos, mask)[0, rows].to(torch.float32, copy=self.compiled)
+            else:
+                kwargs = {"logits_to_keep": last} if last is not None and self._can_keep_last else {}
+                logits = self._logits(ids, pos, mask, **kwargs)[0]
+                logits = (logits[-last:] if last is not None else logits).float()
         self._shift(q - size)  # the model advanced every offset by the padded size
         self._length = P + q
         self.forwards += 1
@@ -138,6 +140,10 @@ class StaticKVModel(KVModel):
         """Make room for ``need`` slots: allocate (and compile) on first use, grow (copying the live KV) past it."""
         if need <= self.capacity:
             return
+        with numerics(self.model):  # graphs are traced under the policy the forwards will run with
+            self._allocate(need)
+
+    def _allocate(self, need: int) -> None:
         old, n = self.cache, self._length
         self.capacity = capacity_for(need, self.max_length, self.buckets[-1])
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
