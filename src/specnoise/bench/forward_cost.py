@@ -22,15 +22,10 @@ from statistics import median
 import torch
 
 from specnoise.config import Config, UserError
-from specnoise.decoding.kv import KVModel, causal_block
+from specnoise.decoding.kv import KVModel, causal_block, sync
 from specnoise.decoding.static_kv import StaticKVModel, use_static_cache
 
 log = logging.getLogger("specnoise")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def measure_forward_costs(kv: KVModel, qs: list[int], cache_len: int | None = None, repeats: int = 5,
@@ -65,10 +60,10 @@ def measure_forward_times(kv: KVModel, qs: list[int], cache_len: int | None = No
     times: dict[int, list[float]] = {q: [] for q in qs}
     for r in range(warmup + repeats):
         for q in qs:
-            _sync(kv.device)
+            sync(kv.device)
             t0 = time.perf_counter()
             kv.forward(tokens[:q], tree=masks[q])
-            _sync(kv.device)
+            sync(kv.device)
             if r >= warmup:
                 times[q].append(time.perf_counter() - t0)
             kv.crop(base)
@@ -118,10 +113,10 @@ def memory_floor(model: torch.nn.Module, repeats: int = 10, chunk: int = 1 << 30
         dst.copy_(src)
     seconds = []
     for _ in range(repeats):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         dst.copy_(src)
-        _sync(device)
+        sync(device)
         seconds.append(time.perf_counter() - t0)
     del src, dst
     return median(seconds) / 2 * total / n

@@ -18,6 +18,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DecoderConfig, UserError
+from specnoise.decoding.kv import sync
 from specnoise.decoding.static_kv import kv_model
 
 
@@ -125,11 +126,11 @@ class Decoder:
             kv.reset()
             kv.reserve(len(prompt) + max_new_tokens)  # a static cache is sized (and compiled) before the clock
         self.host_reads = 0
-        _sync(self.target.device)
+        sync(self.target.device)
         start = time.perf_counter()
         if not out.done:
             self.decode(prompt, out)
-        _sync(self.target.device)
+        sync(self.target.device)
         seconds = time.perf_counter() - start
         return DecodeOutput(
             tokens=out.tokens,
@@ -139,11 +140,6 @@ class Decoder:
             seconds=seconds,
             host_reads=self.host_reads,
         )
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # decoder option -> module defining it (one decoder per file); imported on first use

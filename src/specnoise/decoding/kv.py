@@ -20,6 +20,12 @@ from specnoise.config import UserError
 from specnoise.numerics import numerics
 
 
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so a host clock measures it (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def causal_block(q: int, device=None) -> torch.Tensor:
     return torch.ones(q, q, dtype=torch.bool, device=device).tril_()
 
