@@ -52,10 +52,10 @@ class Recording(KVModel):
         super().crop(n)
         del self.fed[n:]
 
-    def compact(self, start, keep):
-        fed = self.fed[:start] + [self.fed[i] for i in keep]
-        super().compact(start, keep)  # (crops through self.crop)
-        self.fed = fed
+    def move(self, start, src):
+        src = [int(i) for i in src]
+        super().move(start, src)  # (compact moves through self.move, then crops through self.crop)
+        self.fed[start:start + len(src)] = [self.fed[i] for i in src]
 
 
 def recorded(decoder):

@@ -151,9 +151,10 @@ def test_reserve_sizes_the_cache_before_the_first_forward(target):
 
 
 def test_capacity_is_a_power_of_two_within_the_context():
-    assert capacity_for(300, context=1 << 20) == static_kv.MIN_CAPACITY
+    assert capacity_for(3, context=1 << 20) == static_kv.MIN_CAPACITY
+    assert capacity_for(300, context=1 << 20) == 512
     assert capacity_for(3000, context=1 << 20) == 4096
-    assert capacity_for(300, context=512, block=128) == 640
+    assert capacity_for(600, context=512, block=128) == 640  # the context and one padded block, not 1024
     assert capacity_for(900, context=512, block=128) == 900  # never less than asked
 
 

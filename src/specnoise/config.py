@@ -57,7 +57,7 @@ if not OmegaConf.has_resolver("asset"):
 
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
-ATTN = ("sdpa", "eager")
+ATTN = ("sdpa", "sdpa_gqa", "eager")  # sdpa_gqa: SDPA without repeat_kv's cache copies (attention.py)
 SDPA_BACKENDS = ("flash", "efficient", "math", "cudnn")
 TEMPLATES = ("raw", "chat", "alpaca", "vicuna", "llama2-chat", "deepseek-coder", "code-instruct")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+import specnoise.attention  # noqa: F401  (registers attn_implementation=sdpa_gqa)
 from specnoise.config import ModelConfig, UserError
 from specnoise.decoding.static_kv import use_static_cache
 from specnoise.numerics import use_numerics

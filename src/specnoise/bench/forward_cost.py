@@ -21,6 +21,7 @@ from statistics import median
 
 import torch
 
+import specnoise.attention  # noqa: F401  (registers attn_implementation=sdpa_gqa)
 from specnoise.config import Config, UserError
 from specnoise.decoding.kv import KVModel, causal_block, sync
 from specnoise.decoding.static_kv import StaticKVModel, use_static_cache
@@ -176,6 +177,7 @@ def run_forward_cost(conf: Config, run_dir: Path) -> Path:
     # the engine decoders would use (model.static_cache / model.compile); compiled: one graph per probed q only
     static = use_static_cache(conf.model.static_cache, conf.model.compile, next(model.parameters()).device)
     kv = StaticKVModel(model, compile=conf.model.compile, buckets=tuple(qs)) if static else KVModel(model)
+    kv.reserve((fc.cache_len or 0) + qs[-1])  # a static cache sized for the probe, not more: forwards attend over it
     times = measure_forward_times(kv, qs, fc.cache_len, fc.repeats, fc.warmup, conf.seed)
     floor = memory_floor(model) if fc.memory_floor else None
     table = pd.DataFrame({"q": qs, "ms": [median(times[q]) * 1e3 for q in qs]})

@@ -159,6 +159,11 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
                         f"{context} minus max_new_tokens={budget}, or benchmark.max_prompt_tokens): lower "
                         "max_new_tokens, raise benchmark.max_prompt_tokens or use a model with a longer context")
 
+    # a static cache is sized (and compiled) once, for the longest prompt, before anything is timed
+    longest = max(len(encode(s, [])) for s in kept) + budget
+    for decoder in decoders.values():
+        decoder.reserve(longest)
+
     # ---- measure: samples finished by an earlier attempt in this run_dir are read back, the others run
     names = list(decoders)  # "ar" first
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -109,6 +109,11 @@ class Decoder:
         self.target.crop(start + len(block) - 1)
         return block, y
 
+    def reserve(self, n: int) -> None:
+        """Generations of up to ``n`` tokens (prompt + new) follow: size static caches now, untimed."""
+        for kv in filter(None, (self.target, self.draft)):
+            kv.reserve(n)
+
     def reset_history(self) -> None:
         """Forget state kept across prompts (Ouroboros' phrase pool); no-op for the others."""
 
@@ -124,12 +129,13 @@ class Decoder:
         out = Output(self.eos_ids, max_new_tokens)
         for kv in filter(None, (self.target, self.draft)):
             kv.reset()
-            kv.reserve(len(prompt) + max_new_tokens)  # a static cache is sized (and compiled) before the clock
+        self.reserve(len(prompt) + max_new_tokens)  # a static cache is sized (and compiled) before the clock
         self.host_reads = 0
         sync(self.target.device)
         start = time.perf_counter()
         if not out.done:
-            self.decode(prompt, out)
+            with torch.inference_mode():  # no autograd bookkeeping; compiled forwards were traced on inference tensors
+                self.decode(prompt, out)
         sync(self.target.device)
         seconds = time.perf_counter() - start
         return DecodeOutput(

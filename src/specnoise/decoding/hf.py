@@ -84,8 +84,9 @@ class HFGreedy(Decoder):
 
 class HFStatic(HFGreedy):
     """generate() greedy with a static cache, compiled as transformers does on CUDA: the fastest stock AR, the peer
-    of ``speedup_vs_best_ar``. One cache, sized like the static engine's and reset per call, so the compiled graphs
-    are built once (in the warm-up) instead of whenever a longer prompt makes generate() allocate a new cache."""
+    of ``speedup_vs_best_ar``. One cache, sized by ``reserve`` (a benchmark reserves for its longest prompt) and reset
+    per call, so the compiled graphs are built once (in the warm-up) instead of whenever a longer prompt makes
+    generate() allocate a new cache."""
 
     name = "hf_static"
     hooked = False
@@ -97,11 +98,13 @@ class HFStatic(HFGreedy):
     def models(self) -> dict:
         return dict(past_key_values=self.cache)
 
-    def decode(self, prompt: list[int], out: Output) -> None:
-        need = len(prompt) + out.budget
-        if need > self.capacity:
-            self.capacity = capacity_for(need, self.target.max_length, block=0)
+    def reserve(self, n: int) -> None:
+        super().reserve(n)
+        if n > self.capacity:  # a new cache shape: generate() compiles again, in the next (untimed) warm-up
+            self.capacity = capacity_for(n, self.target.max_length, block=0)
             self.cache = StaticCache(config=self.target.model.config, max_cache_len=self.capacity)
+
+    def decode(self, prompt: list[int], out: Output) -> None:
         self.cache.reset()
         super().decode(prompt, out)
 

@@ -1,10 +1,10 @@
 """The static-cache engine: ``KVModel``'s interface over a Hugging Face ``StaticCache``, so forwards have fixed
-shapes and can be compiled (``torch.compile``; CUDA graphs on CUDA).
+shapes and can be compiled (``torch.compile``) and, on CUDA, recorded as one CUDA graph per bucket.
 
 Eager decoding on a GPU waits on Python: one forward costs the same for 1 or 69 new tokens (GPU.md). This engine
 removes the shape changes that stop compilation:
-  * one ``StaticCache`` per model, sized once (prompt + budget + the largest block, at least ``MIN_CAPACITY`` slots
-    or the model's context) and grown, never shrunk, when a longer generation needs it;
+  * one ``StaticCache`` per model, sized once (prompt + budget + the largest block, a power of two of at least
+    ``MIN_CAPACITY`` slots, at most the model's context) and grown, never shrunk, when a longer generation needs it;
   * every block of up to ``BUCKETS[-1]`` tokens is padded to the next bucket size; pad tokens see only themselves
     and are never cached as valid: after the forward the write offset is set back to the true length;
   * the additive mask spans the whole static length: 0 below the length, the block's own tree mask at
@@ -26,30 +26,32 @@ import time
 import torch
 from transformers import StaticCache
 
-from specnoise.decoding.kv import KVModel, causal_block
+from specnoise.decoding.kv import KVModel, as_ids, causal_block
 from specnoise.numerics import numerics
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 72, 128)  # padded block sizes: one compiled graph each
-MIN_CAPACITY = 2048  # slots allocated at least (within the context): few prompts ever make the cache grow
-WARMUP_CALLS = 3  # per bucket: compile, then CUDA-graph warm-up and recording
+MIN_CAPACITY = 256  # slots allocated at least: every forward attends over all of them, so no more than a run needs
+WARMUP_CALLS = 3  # per bucket: compile, then warm-up calls before the CUDA graph is recorded
 
 
 def use_static_cache(setting, compile: bool, device: torch.device) -> bool:
     """``model.static_cache``: true | false | auto = only when the forward is compiled. Measured on the H100 (bf16,
-    experiments/gpu/h100): the static cache pays off compiled (AR 718 vs 250 tokens/s eager), not eager, where its
+    experiments/gpu/h100): the static cache pays off compiled (AR 1695 vs 250 tokens/s eager), not eager, where its
     whole-length masks cost more than the dynamic cache's growing ones."""
     return setting is True or (setting == "auto" and compile)
 
 
 def capacity_for(need: int, context: int, block: int = BUCKETS[-1]) -> int:
     """At least ``need`` slots: a power of two of at least ``MIN_CAPACITY``, capped at the context plus one padded
-    block, so a benchmark allocates (and compiles) once and rarely grows."""
+    block. A benchmark reserves for its longest prompt before the first generation, so it allocates (and compiles)
+    once; only a later turn of a multi-turn prompt can make the cache grow."""
     return max(need, min(max(MIN_CAPACITY, 1 << (need - 1).bit_length()), context + block))
 
 
 class StaticKVModel(KVModel):
-    """``KVModel`` over a static cache. ``compile``: ``torch.compile`` the padded forward, for every bucket, when the
-    cache is allocated (``reserve``, before a generation's clock starts); that time is ``compile_seconds``."""
+    """``KVModel`` over a static cache. ``compile``: ``torch.compile`` the padded forward and, on CUDA, record it as a
+    CUDA graph, for every bucket, when the cache is allocated (``reserve``, before a generation's clock starts); that
+    time is ``compile_seconds``."""
 
     def __init__(self, model: torch.nn.Module, compile: bool = False, buckets: tuple[int, ...] | None = None):
         super().__init__(model)  # checks the model; its DynamicCache is replaced below
@@ -59,11 +61,13 @@ class StaticKVModel(KVModel):
         self.compile_seconds = 0.0
         self._offsets: list[torch.Tensor] = []  # every layer's write offset; all equal self._length between calls
         self._step = self._logits
+        # CUDA: per bucket, static input buffers and the recorded graph of the compiled forward over them
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], torch.Tensor]] = {}
+        self.graphs = compile and self.device.type == "cuda"
         if compile:
-            # one graph per (bucket, capacity): more than dynamo's default 8 recompiles of model.forward's frame
+            # one compilation per (bucket, capacity): more than dynamo's default 8 of model.forward's frame
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-            mode = "reduce-overhead" if self.device.type == "cuda" else "default"  # CUDA graphs on CUDA
-            self._step = torch.compile(self._logits, mode=mode, dynamic=False)
+            self._step = torch.compile(self._logits, dynamic=False)
 
     # -------------------------------------------------------------------------------------- bookkeeping
     @property
@@ -93,10 +97,10 @@ class StaticKVModel(KVModel):
     @torch.inference_mode()
     def forward(self, tokens, positions=None, tree: torch.Tensor | None = None,
                 last: int | None = None) -> torch.Tensor:
-        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(-1)
+        ids = as_ids(tokens, self.device).view(-1)
         P, q = self._length, ids.numel()
         pos = (torch.arange(P, P + q, device=self.device) if positions is None
-               else torch.as_tensor(positions, dtype=torch.long, device=self.device).view(-1))
+               else as_ids(positions, self.device).view(-1))
         keep = causal_block(q, self.device) if tree is None else tree.to(self.device)
         size = next((b for b in self.buckets if b >= q), q)  # q itself past the largest bucket: eager, unpadded
         self._ensure(P + size)
@@ -109,11 +113,14 @@ class StaticKVModel(KVModel):
         mask = self._mask(P, keep)
         rows = slice(q - last if last is not None else 0, q)
         with numerics(self.model):  # the model's attention-backend / strict-numerics policy, as KVModel.forward
-            if size in self.buckets:
-                if self.compiled and self.device.type == "cuda":
-                    torch.compiler.cudagraph_mark_step_begin()
-                # compiled outputs live in CUDA-graph memory that the next call overwrites: copy the rows we return
-                logits = self._step(ids, pos, mask)[0, rows].to(torch.float32, copy=self.compiled)
+            if size in self._graphs:
+                graph, inputs, out = self._graphs[size]
+                for buffer, value in zip(inputs, (ids, pos, mask)):
+                    buffer.copy_(value)
+                graph.replay()
+                logits = out[0, rows].to(torch.float32, copy=True)  # the next replay overwrites the graph's output
+            elif size in self.buckets:
+                logits = self._step(ids, pos, mask)[0, rows].float()
             else:
                 kwargs = {"logits_to_keep": last} if last is not None and self._can_keep_last else {}
                 logits = self._logits(ids, pos, mask, **kwargs)[0]
@@ -164,17 +171,25 @@ class StaticKVModel(KVModel):
             self._length = n
 
     def _compile(self) -> None:
-        """Compile (and on CUDA record) every bucket's forward on the empty cache; the slots it writes are junk
-        that the mask hides and the next forwards overwrite."""
+        """Compile every bucket's forward on the empty cache and, on CUDA, record it as a CUDA graph over static input
+        buffers: a step then costs three buffer copies and one graph launch on the host, with no guard checks or
+        per-call bookkeeping (torch.compile's own CUDA-graph mode spent ~0.3 ms of host time per call on those, as
+        much as the tiny model's whole forward). The slots the warm-up writes are junk that the mask hides and the
+        next forwards overwrite."""
         start = time.perf_counter()
+        self._graphs = {}
+        pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
         for size in self.buckets:
-            ids = torch.zeros(size, dtype=torch.long, device=self.device)
-            mask = self._mask(0, causal_block(size, self.device))
+            inputs = (torch.zeros(size, dtype=torch.long, device=self.device),
+                      torch.arange(size, device=self.device), self._mask(0, causal_block(size, self.device)))
             for _ in range(WARMUP_CALLS):
-                if self.device.type == "cuda":
-                    torch.compiler.cudagraph_mark_step_begin()
-                self._step(ids, torch.arange(size, device=self.device), mask)
+                self._step(*inputs)
                 self._shift(-size)
+            if pool is not None:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):  # records without running: no offsets to move back
+                    out = self._step(*inputs)
+                self._graphs[size] = graph, inputs, out
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.compile_seconds += time.perf_counter() - start

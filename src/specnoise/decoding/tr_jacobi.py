@@ -18,8 +18,10 @@ import dataclasses
 import logging
 
 import torch
+import torch.nn.functional as F
 
 from specnoise.decoding.base import Decoder, Output
+from specnoise.decoding.kv import Graphed, upload
 from specnoise.decoding.ngram import ahead_noise
 from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, Tree, best_size, build_tree, sub_tree, with_prefix
 
@@ -53,22 +55,6 @@ def retrieve(seq: list[int], n: int, length: int, faithful: bool = False) -> lis
     return seq[start + n:start + n + length]
 
 
-def best_path(paths: list[list[int]], right: list[bool]) -> tuple[list[int], int]:
-    """The path with the most leading right nodes (the first one on ties) and that count.
-
-    Only a path's own nodes are compared: padding them with the root lets the root "match" itself (MSN's
-    reference code), which accepts tokens the model never predicted.
-    """
-    best, accepted = paths[0], 0
-    for path in paths:
-        a = 0
-        while a + 1 < len(path) and right[path[a + 1]]:
-            a += 1
-        if a > accepted:
-            best, accepted = path, a
-    return best, accepted
-
-
 def cut(tree: Tree, depth: int) -> Tree:
     """``tree`` without its nodes deeper than ``depth``. Near the budget they could never be emitted (a step emits
     the accepted nodes plus one token), and their positions could run past a learned-position model's context.
@@ -81,6 +67,52 @@ def cut(tree: Tree, depth: int) -> Tree:
     return dataclasses.replace(tree, nodes=[tree.nodes[i - 1] for i in keep[1:]], depth=tree.depth[idx],
                                mask=tree.mask[idx][:, idx], parent=[new[tree.parent[i]] for i in keep],
                                paths=[list(p) for p in paths], cell=cell, used=sorted(set(cell)))
+
+
+class Tables:
+    """A tree's lookup tables on the device: with them a step stays there from the forward to its one host read.
+
+    rank: among the accepted inputs the step keeps the deepest, and on a tie the one on the earliest path (paths in
+    template order, the retrieval chain first), in one argmax; path: the first path through each input, padded so
+    that the rows after any accepted depth can be gathered without bounds checks (-1 = none; ``faithful``: the root
+    up to full depth, as MSN's code pads)."""
+
+    def __init__(self, tree: Tree, faithful: bool, k: int, graphed: bool):
+        first = [next(p for p, path in enumerate(tree.paths) if i in path) for i in range(len(tree.parent))]
+        depth = [0] + [len(node) for node in tree.nodes]
+        rows = tree.rows
+        padded = []
+        for i in range(len(first)):
+            path = tree.paths[first[i]]
+            filler = [0] * (rows + 1 - len(path)) if faithful else []
+            padded.append((path + filler + [-1] * (2 * rows + 1))[:2 * rows + 1])
+        table = lambda values: torch.tensor(values, dtype=torch.long, device=tree.mask.device)  # noqa: E731
+        self.tree = tree
+        self.span = max(depth) + 1  # KV slots a step may keep: the root and the deepest accepted node
+        self.cell, self.parent, self.path = table(tree.cell), table(tree.parent[1:]), table(padded)
+        self.rows = table(list(range(1, rows + 1)))  # + a: where the rows after an accepted depth a sit on a path
+        self.rank = table([d * len(tree.paths) - first[i] for i, d in enumerate(depth)])
+        self.sees = tree.mask[:, 1:]  # [N + 1, N]: node j is input i's ancestor or itself
+        self.k = k  # candidates per row: decoder.topk, at most the vocabulary
+        self.verify = Graphed(self._verify) if graphed else self._verify
+
+    def _verify(self, logits: torch.Tensor, nodes: torch.Tensor):
+        """Greedy verification of the tree: ``logits`` [N + 1, V] of the root and the nodes, ``nodes`` [N] their tokens.
+        Returns what the host reads (the accepted depth a, the block of a + 1 tokens padded to ``span``, the best
+        path, each node's right flag), the next candidate matrix, the block and the path, all on the device."""
+        tree = self.tree
+        y = logits.argmax(-1)  # y[i]: the prediction after input i (root = 0, node i = i)
+        right = nodes == y[self.parent]  # each node's token is what the target predicts after its parent
+        ok = ~(self.sees & ~right).any(-1)  # ... and so is every ancestor's: the path root -> input i is accepted
+        # the deepest accepted input, on the earliest path (index_select, not [best]: a 0-dim index reads the device)
+        best = torch.where(ok, self.rank, -1).argmax().view(1)
+        path, a = self.path.index_select(0, best)[0], tree.depth.index_select(0, best)
+        block = y[path[:self.span].clamp(min=0)]  # [:a + 1]: the accepted nodes (= y of their parents) + the bonus
+        # next candidates: the top-k after each rejected node of the best path, one row per depth
+        after = path.gather(0, a + self.rows)
+        top = logits[after.clamp(min=0)].topk(self.k, dim=-1).indices
+        C = F.pad(torch.where(after[:, None] >= 0, top, -1), (0, tree.width - self.k), value=-1)
+        return torch.cat([a, block, path[:self.span], right]), C, block, path
 
 
 class TRJacobi(Decoder):
@@ -98,62 +130,60 @@ class TRJacobi(Decoder):
         self.fastest: dict[int, float] = {}  # tree=auto: fastest verify forward seen per size q, over the probes
         self.probes = 0
         self.generations = 0
-        self.cut_trees: dict[int, Tree] = {}  # by depth, for the last steps before the budget
+        self.tables: dict[int, Tables] = {}  # by the deepest node kept: cut trees for the last steps before the budget
 
-    def tree_for(self, budget: int) -> Tree:
-        """The tree for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut."""
-        if budget - 1 >= self.tree.rows:
-            return self.tree
-        if budget - 1 not in self.cut_trees:
-            self.cut_trees[budget - 1] = cut(self.tree, budget - 1)
-        return self.cut_trees[budget - 1]
+    def tables_for(self, budget: int) -> Tables:
+        """The tables for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut."""
+        depth = min(budget - 1, self.tree.rows)
+        if depth not in self.tables:
+            tree = self.tree if depth == self.tree.rows else cut(self.tree, depth)
+            k = min(self.cfg.topk, self.target.vocab_size)
+            self.tables[depth] = Tables(tree, self.cfg.faithful, k, graphed=self.target.graphs)
+        return self.tables[depth]
+
+    def candidates_fill(self, seq: list[int], tree: Tree, retrieval: bool) -> torch.Tensor:
+        """What empty cells of the candidate matrix get this step: the continuation of an earlier occurrence of
+        the newest n-gram in the retrieval column, ahead noise from the accepted context before the root in the
+        others (the cells the previous step filled with its top-k keep those)."""
+        fill = ahead_noise(seq[:-1] or seq, tree.rows * tree.width, self.generator)
+        if retrieval:
+            for d, token in enumerate(retrieve(seq, self.cfg.retrieval_ngram, self.R, self.cfg.faithful)):
+                fill[d * tree.width + self.cfg.topk] = token
+        return upload(fill, self.target.device).view(tree.rows, tree.width)
 
     def decode(self, prompt: list[int], out: Output) -> None:
-        K, faithful = self.cfg.topk, self.cfg.faithful
-        seq = list(prompt)  # accepted context
-        pending = list(prompt)  # accepted tokens without KV yet, root last; the first step is fused with prefill
-        C: list[int | None] = [None] * (self.tree.rows * self.tree.width)  # candidate matrix, flat; None = empty
+        dev = self.target.device
+        seq = list(prompt)  # the accepted context, on the host: retrieval and noise read it
+        pending = upload(prompt, dev)  # inputs without KV yet, root last: the first step is fused with prefill
+        C = torch.full((self.tree.rows, self.tree.width), -1, device=dev)  # candidate matrix; -1 = empty
         first = True
         while True:
-            tree = self.tree_for(out.budget - len(out.tokens))
-            if self.R and not (faithful and first):
-                for d, token in enumerate(retrieve(seq, self.cfg.retrieval_ngram, self.R, faithful)):
-                    C[d * tree.width + K] = token
-            empty = [c for c in tree.used if C[c] is None]
-            for c, token in zip(empty, ahead_noise(seq[:-1] or seq, len(empty), self.generator)):
-                C[c] = token  # ahead noise from the accepted context before the root
-            nodes = [C[c] for c in tree.cell]
+            t = self.tables_for(out.budget - len(out.tokens))
+            tree = t.tree
+            C = torch.where(C >= 0, C, self.candidates_fill(seq, tree, self.R and not (self.cfg.faithful and first)))
+            nodes = C.view(-1)[t.cell]
 
-            P, m = self.target.length, len(pending)
-            positions = tree.depth + (P + m - 1)
+            P, m = self.target.length, pending.numel()
+            root = P + m - 1  # the root's slot, and its position
+            positions = tree.depth + root
             if m > 1:
-                positions = torch.cat([torch.arange(P, P + m - 1, device=positions.device), positions])
-            logits = self.target.forward(pending + nodes, positions, with_prefix(tree.mask, m - 1), last=len(nodes) + 1)
-            # y[i]: prediction after input i (root = 0, node i = i); top[i]: its top-k, the next step's candidates
-            k = min(K, logits.shape[-1])
-            read = self.to_host(torch.cat([logits.argmax(-1, keepdim=True), logits.topk(k, dim=-1).indices], dim=1))
-            y, top = [r[0] for r in read], [r[1:] for r in read]
-            tokens = [pending[-1]] + nodes
-            right = [False] + [tokens[i] == y[tree.parent[i]] for i in range(1, len(tokens))]
+                positions = torch.cat([torch.arange(P, root, device=dev), positions])
+            logits = self.target.forward(torch.cat([pending, nodes]), positions, with_prefix(tree.mask, m - 1),
+                                         last=len(tree.nodes) + 1)
+            read, C, block, path = t.verify(logits, nodes)
+            read = self.to_host(read)  # the step's one device-to-host read
+            a, emitted, kept = read[0], read[1:read[0] + 2], read[1 + t.span:2 + t.span + read[0]]
             if self.stats is not None and tree is self.tree:  # a tree cut at the budget lacks the index
-                self.stats.observe(right, tree, self.index)
-            path, a = best_path(tree.paths, right)
-            block = [tokens[i] for i in path[1:a + 1]] + [y[path[a]]]  # accepted nodes + the bonus token
-            out.emit(block)
+                self.stats.observe([False] + read[1 + 2 * t.span:], tree, self.index)
+            out.emit(emitted)
             if out.done:
                 return
-            root_slot = P + m - 1
-            self.target.compact(root_slot, [root_slot + i for i in path[:a + 1]])
-            seq += block
-            pending = [block[-1]]
+            if kept != list(range(a + 1)):  # the path's KV next to the cache (a chain prefix is there already)
+                self.target.move(root, root + path[:a + 1])
+            self.target.crop(root + a + 1)
+            seq += emitted
+            pending = block[a:a + 1]  # the bonus token, without KV yet: the next root
             first = False
-
-            # next candidates: the top-k after each rejected node of the best path, one row per depth
-            # (faithful: paths padded with the root to full depth, as MSN's code does)
-            C = [None] * (tree.rows * tree.width)
-            slots = (path + [0] * tree.rows)[a + 1:tree.rows + 1] if faithful else path[a + 1:]
-            for d, slot in enumerate(slots):
-                C[d * tree.width:d * tree.width + k] = top[slot]
 
     # ------------------------------------------------------------------------------------ tree=auto
     def generate(self, prompt, max_new_tokens):
@@ -183,7 +213,7 @@ class TRJacobi(Decoder):
         p = self.stats.p()
         k = best_size(p, cost)
         self.tree, self.R, self.index = sub_tree(self.full, p, k, self.cfg.topk, device=self.target.device)
-        self.cut_trees = {}
+        self.tables = {}
         expected = 1 + sum(p[i] for i in self.index)
         self.meta = {"tree": f"auto({AUTO_TEMPLATE})", "tree_nodes": k, "retrieval_len": self.R,
                      "expected_accepted": round(expected, 3), "observed_steps": self.stats.steps,

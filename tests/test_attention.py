@@ -1,0 +1,63 @@
+"""attn_implementation=sdpa_gqa: the same logits as transformers' sdpa (no KV copy per query head), on both engines
+and both families, and every greedy decoder still equals AR with it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import specnoise.attention  # noqa: F401  (registers sdpa_gqa)
+from conftest import make_model, prompts
+from helpers_decoding import ar
+from specnoise.config import DECODER_SCHEMAS, ConfigError, ModelConfig
+from specnoise.decoding.base import build_decoder
+from specnoise.decoding.kv import KVModel, causal_block, self_test
+from specnoise.decoding.static_kv import StaticKVModel
+
+
+def with_attention(loaded, name: str):
+    model = loaded.model
+    model.config._attn_implementation = name  # read on every forward
+    return loaded
+
+
+@pytest.fixture(params=["llama", "qwen2"])
+def gqa_model(request):
+    loaded = make_model(request.param, layers=2, seed=0, num_attention_heads=4, num_key_value_heads=2)
+    assert loaded.model.config.num_attention_heads // loaded.model.config.num_key_value_heads == 2
+    return loaded
+
+
+@pytest.mark.parametrize("engine", [KVModel, StaticKVModel])
+def test_sdpa_gqa_gives_sdpa_logits(gqa_model, engine, monkeypatch):
+    fallback = specnoise.attention.sdpa_attention_forward
+    masked_fallbacks = []
+    monkeypatch.setattr(specnoise.attention, "sdpa_attention_forward", lambda *a, **k: (
+        masked_fallbacks.append(a[4] is not None), fallback(*a, **k))[1])
+    tree = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)  # r, a, b, a->c
+    logits = {}
+    for name in ("sdpa", "sdpa_gqa"):
+        kv = engine(with_attention(gqa_model, name).model)
+        kv.forward(list(range(3, 20)))
+        block = kv.forward([5, 6, 7, 8], positions=[17, 18, 18, 19], tree=tree)
+        chain = kv.forward([9, 10, 11], tree=causal_block(3))
+        logits[name] = torch.cat([block, chain])
+    assert torch.allclose(logits["sdpa"], logits["sdpa_gqa"], atol=1e-5)
+    assert not any(masked_fallbacks)  # every masked forward took the packed path (an unmasked prefill may not)
+    assert self_test(gqa_model.model) < 1e-4  # tree masks and positions are honoured
+
+
+@pytest.mark.parametrize("name", ["jacobi", "tr_jacobi", "pld", "lookahead"])
+def test_decoders_equal_ar_with_sdpa_gqa(gqa_model, name):
+    loaded = with_attention(gqa_model, "sdpa_gqa")
+    decoder = build_decoder(DECODER_SCHEMAS[name](), dataclasses.replace(loaded, engines={}))
+    for prompt in prompts(3, seed=5):
+        assert decoder.generate(prompt, 20).tokens == ar(loaded, prompt, 20)
+
+
+def test_attention_option_is_checked():
+    assert ModelConfig(name="m", path="p", attn_implementation="sdpa_gqa").attn_implementation == "sdpa_gqa"
+    with pytest.raises(ConfigError, match="attn_implementation"):
+        ModelConfig(name="m", path="p", attn_implementation="flash")
