@@ -4,7 +4,9 @@ Candidates live in a matrix ``C`` (one row per depth): columns 0..topk-1 hold th
 previous step made at the first rejected slots of its best path (Jacobi refresh, now with alternatives),
 the last column the continuation of an earlier occurrence of the newest n-gram. Empty cells get ahead
 noise. The tree template (trees.py) picks which cells are verified; the path with the most accepted
-tokens wins, the first one on ties, and its KV is compacted next to the cache.
+tokens wins, the first one on ties, and its KV is compacted next to the cache. A step stays on the device from
+its candidates to one host read (``Tables.verify``; on a CUDA-graph engine recorded as one graph): the host keeps
+only the accepted text, for retrieval and noise.
 
 Unlike MSN's reference code, paths are compared only within their true length (its padding lets the root
 match itself: wrong tokens), and the output is cut at the first EOS and at the budget (``Output``).
