@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The engine figures (issue 11) on one GPU, one job after another: the compiled static-cache engine (CUDA graphs)
-# against hf_static on HumanEval, every decoder on it (the draft compiled too), and the forward cost t(q) of a
-# Llama-3-8B-shaped random model on the compiled engine with transformers' sdpa and with sdpa_gqa, beside the
-# memory floor. Usage: bash experiments/gpu/run_engines.sh [OUT_DIR]
+# against hf_static on HumanEval and on the Spec-Bench subset, every decoder on it (the draft compiled too), and the
+# forward cost t(q) of a Llama-3-8B-shaped random model on the compiled engine with transformers' sdpa and with
+# sdpa_gqa, beside the memory floor. Usage: bash experiments/gpu/run_engines.sh [OUT_DIR]
 set -uo pipefail
 O=${1:-outputs/gpu}
 PY=${PYTHON:-python3}
@@ -19,6 +19,10 @@ step bf16-compiled +experiment=bench-gpu +subset=humaneval-gpu benchmark.limit=1
   model.static_cache=true model.compile=true "model.$BUCKETS" draft.static_cache=true draft.compile=true \
   "draft.$BUCKETS" 'decoders=[jacobi,tr_jacobi,pld,lookahead,speculative,ouroboros,hf_static]' \
   "hydra.sweep.dir=$O/bf16-compiled"
+step bf16-compiled-spec_bench +experiment=bench-gpu +subset=spec_bench-gpu \
+  model.static_cache=true model.compile=true "model.$BUCKETS" draft.static_cache=true draft.compile=true \
+  "draft.$BUCKETS" 'decoders=[jacobi,tr_jacobi,pld,lookahead,speculative,ouroboros,hf_static]' \
+  "hydra.sweep.dir=$O/bf16-compiled-spec_bench"
 for attn in sdpa_gqa sdpa; do
   step fc-8b-compiled-$attn task=forward_cost forward_cost.arch=config \
     forward_cost.config_path=experiments/gpu/llama3-8b-config.json model.dtype=bfloat16 model.static_cache=true \
@@ -26,5 +30,5 @@ for attn in sdpa_gqa sdpa; do
     "hydra.run.dir=$O/fc-8b-compiled-$attn"
 done
 echo "== done ($((SECONDS - start)) s)"
-grep -E "^\| (ar|jacobi|tr_jacobi|pld|lookahead|speculative|ouroboros|hf_static) +\| all" "$O/bf16-compiled.log"
+grep -E "^\| (ar|jacobi|tr_jacobi|pld|lookahead|speculative|ouroboros|hf_static) +\| all" "$O"/bf16-compiled*.log
 for f in "$O"/fc-*/forward_cost.md; do echo "$f"; grep -E "memory_floor|compile_seconds|attn" "$f"; sed -n '/^|/p' "$f"; done

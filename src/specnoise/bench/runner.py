@@ -159,8 +159,9 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
                         f"{context} minus max_new_tokens={budget}, or benchmark.max_prompt_tokens): lower "
                         "max_new_tokens, raise benchmark.max_prompt_tokens or use a model with a longer context")
 
-    # a static cache is sized (and compiled) once, for the longest prompt, before anything is timed
-    longest = max(len(encode(s, [])) for s in kept) + budget
+    # a static cache is sized (and compiled) once, for the longest generation, before anything is timed: a later
+    # turn holds the earlier turns and their answers (at most ``budget`` tokens each, a few more where text joins)
+    longest = max(len(encode(s, [""] * (len(s.turns) - 1))) + (budget + 8) * len(s.turns) for s in kept)
     for decoder in decoders.values():
         decoder.reserve(longest)
 
