@@ -15,13 +15,14 @@ step() {  # step NAME OVERRIDES...: one job into $O/NAME, its log beside it
   echo "   exit $?"
 }
 BUCKETS='static_buckets=[1,8,16,64,72]'  # the block sizes AR, Jacobi, PLD, Lookahead and TR-Jacobi use: fewer graphs
+DRAFT='static_buckets=[1,8,16,64,128]'  # speculative's drafts, and Ouroboros' lookahead window on the draft (121 tokens)
 step bf16-compiled +experiment=bench-gpu +subset=humaneval-gpu benchmark.limit=12 \
   model.static_cache=true model.compile=true "model.$BUCKETS" draft.static_cache=true draft.compile=true \
-  "draft.$BUCKETS" 'decoders=[jacobi,tr_jacobi,pld,lookahead,speculative,ouroboros,hf_static]' \
+  "draft.$DRAFT" 'decoders=[jacobi,tr_jacobi,pld,lookahead,speculative,ouroboros,hf_static]' \
   "hydra.sweep.dir=$O/bf16-compiled"
 step bf16-compiled-spec_bench +experiment=bench-gpu +subset=spec_bench-gpu \
   model.static_cache=true model.compile=true "model.$BUCKETS" draft.static_cache=true draft.compile=true \
-  "draft.$BUCKETS" 'decoders=[jacobi,tr_jacobi,pld,lookahead,speculative,ouroboros,hf_static]' \
+  "draft.$DRAFT" 'decoders=[jacobi,tr_jacobi,pld,lookahead,speculative,ouroboros,hf_static]' \
   "hydra.sweep.dir=$O/bf16-compiled-spec_bench"
 for attn in sdpa_gqa sdpa; do
   step fc-8b-compiled-$attn task=forward_cost forward_cost.arch=config \
