@@ -21,9 +21,10 @@ def ar(target, prompt, n):
     """AR's tokens (greedy: a shorter budget is a prefix of a longer one), computed once per model and prompt."""
     key = (id(target.model), tuple(prompt), target.eos_ids)
     if key not in _AR:
-        _AR[key] = build_decoder(ARConfig(), target).generate(prompt, 64).tokens
+        # the model is kept with its tokens: alive, its id cannot be reused by another model
+        _AR[key] = target.model, build_decoder(ARConfig(), target).generate(prompt, 64).tokens
     assert n <= 64
-    return _AR[key][:n]
+    return _AR[key][1][:n]
 
 
 class Recording(KVModel):
