@@ -26,10 +26,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def upload(values: list[int], device: torch.device) -> torch.Tensor:
-    """Host ints as a long tensor on ``device``. On a GPU through pinned memory, without waiting: a copy from pageable
-    memory synchronises the stream, i.e. waits for every queued kernel."""
-    values = torch.tensor(values, dtype=torch.long)
+def upload(values: list[int] | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host values (ints, as a long tensor, or a CPU tensor) on ``device``. On a GPU through pinned memory, without
+    waiting: a copy from pageable memory synchronises the stream, i.e. waits for every queued kernel."""
+    if not isinstance(values, torch.Tensor):
+        values = torch.tensor(values, dtype=torch.long)
     return values.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else values
 
 
@@ -45,26 +46,32 @@ def causal_block(q: int, device=None) -> torch.Tensor:
 
 
 class Graphed:
-    """``fn`` of tensors, recorded as a CUDA graph on its first call; later calls copy their arguments into the recorded
-    inputs and replay it: one launch for all its kernels. A verify step's two dozen small ops cost ~0.3 ms of host
-    time launched one by one on an H100, as much as a compiled forward of the shipped model. The outputs are the
-    graph's own tensors: the next call overwrites them."""
+    """``fn`` of tensors as a CUDA graph: calls copy their arguments into the recorded inputs and replay it, one launch
+    for all its kernels. A verify step's two dozen small ops cost ~0.3 ms of host time launched one by one on an
+    H100, as much as a compiled forward of the shipped model. Recorded on the first call, or ahead by ``record``
+    (the static engine, per bucket). The outputs are the graph's own tensors: the next call overwrites them."""
 
-    def __init__(self, fn):
-        self.fn, self.graph = fn, None
+    def __init__(self, fn, pool=None):
+        self.fn, self.pool, self.graph = fn, pool, None
+
+    def record(self, *inputs: torch.Tensor) -> Graphed:
+        """Record ``fn`` over ``inputs``, which become the graph's input buffers (``fn`` must have run before: warm)."""
+        self.inputs = inputs
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=self.pool):  # records without running
+            self.outputs = self.fn(*inputs)
+        return self
 
     def __call__(self, *inputs: torch.Tensor):
         if self.graph is None:
-            self.inputs = [x.clone() for x in inputs]
+            buffers = [x.clone() for x in inputs]
             side = torch.cuda.Stream()  # warm-up off the capture stream, as CUDA graphs require
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(2):
-                    self.fn(*self.inputs)
+                    self.fn(*buffers)
             torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.outputs = self.fn(*self.inputs)
+            self.record(*buffers)
         for buffer, x in zip(self.inputs, inputs):
             buffer.copy_(x)
         self.graph.replay()
@@ -141,7 +148,7 @@ class KVModel:
     def move(self, start: int, src: list[int] | torch.Tensor) -> None:
         """Copy slots ``src`` (all >= start; a list, or a device tensor that the host never reads) to ``start, start+1,
         ...``. The length stays: ``crop`` after it."""
-        idx = src if isinstance(src, torch.Tensor) else upload(src, self.device)
+        idx = as_ids(src, self.device)
         n = start + idx.numel()
         for layer in self.cache.layers:
             # advanced indexing copies the source first, so overlapping slots cannot alias

@@ -26,7 +26,7 @@ import time
 import torch
 from transformers import StaticCache
 
-from specnoise.decoding.kv import KVModel, as_ids, causal_block
+from specnoise.decoding.kv import Graphed, KVModel, as_ids, causal_block
 from specnoise.numerics import numerics
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 72, 128)  # padded block sizes: one compiled graph each
@@ -61,8 +61,7 @@ class StaticKVModel(KVModel):
         self.compile_seconds = 0.0
         self._offsets: list[torch.Tensor] = []  # every layer's write offset; all equal self._length between calls
         self._step = self._logits
-        # CUDA: per bucket, static input buffers and the recorded graph of the compiled forward over them
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...], torch.Tensor]] = {}
+        self._graphs: dict[int, Graphed] = {}  # CUDA: per bucket, the compiled forward recorded over static inputs
         self.graphs = compile and self.device.type == "cuda"
         if compile:
             # one compilation per (bucket, capacity): more than dynamo's default 8 of model.forward's frame
@@ -114,11 +113,8 @@ class StaticKVModel(KVModel):
         rows = slice(q - last if last is not None else 0, q)
         with numerics(self.model):  # the model's attention-backend / strict-numerics policy, as KVModel.forward
             if size in self._graphs:
-                graph, inputs, out = self._graphs[size]
-                for buffer, value in zip(inputs, (ids, pos, mask)):
-                    buffer.copy_(value)
-                graph.replay()
-                logits = out[0, rows].to(torch.float32, copy=True)  # the next replay overwrites the graph's output
+                # a copy: the next replay overwrites the graph's output
+                logits = self._graphs[size](ids, pos, mask)[0, rows].to(torch.float32, copy=True)
             elif size in self.buckets:
                 logits = self._step(ids, pos, mask)[0, rows].float()
             else:
@@ -185,11 +181,8 @@ class StaticKVModel(KVModel):
             for _ in range(WARMUP_CALLS):
                 self._step(*inputs)
                 self._shift(-size)
-            if pool is not None:
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):  # records without running: no offsets to move back
-                    out = self._step(*inputs)
-                self._graphs[size] = graph, inputs, out
+            if pool is not None:  # recording does not run the forward: no offsets to move back
+                self._graphs[size] = Graphed(self._step, pool).record(*inputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.compile_seconds += time.perf_counter() - start
