@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from specnoise.config import DecoderConfig
+from specnoise.decoding.kv import upload
 
 
 def warp(logits: torch.Tensor, cfg: DecoderConfig) -> torch.Tensor:
@@ -31,7 +32,7 @@ def warp(logits: torch.Tensor, cfg: DecoderConfig) -> torch.Tensor:
 
 def uniforms(shape, generator: torch.Generator, device) -> torch.Tensor:
     """U[0, 1) draws from the (CPU) generator, moved to ``device``: a host-to-device copy, never a read back."""
-    return torch.rand(shape, generator=generator, dtype=torch.float64).to(device)
+    return upload(torch.rand(shape, generator=generator, dtype=torch.float64), device)
 
 
 def sample(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -101,7 +102,7 @@ def multi_candidate_accept(p: torch.Tensor, candidates: list[list[int]],
     row, as device tensors."""
     candidates = [list(dict.fromkeys(c)) for c in candidates]  # a repeated candidate has nothing left to accept
     k = max(1, max(map(len, candidates), default=0))
-    cand = torch.tensor([c + [-1] * (k - len(c)) for c in candidates], device=p.device).view(len(candidates), k)
+    cand = upload([c + [-1] * (k - len(c)) for c in candidates], p.device).view(len(candidates), k)
     valid = cand >= 0
     pc = p.gather(-1, cand.clamp_min(0)).masked_fill(~valid, 0.0)
     before = pc.cumsum(-1) - pc  # mass of the candidates tried before this one

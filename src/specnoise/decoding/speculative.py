@@ -16,7 +16,7 @@ import torch
 
 from specnoise.config import UserError
 from specnoise.decoding.base import Decoder, Output, greedy_accept
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import KVModel, upload
 from specnoise.decoding.sampling import fit_vocab, sample, speculative_sample, warp
 from specnoise.models import check_same_tokenizer
 
@@ -99,9 +99,9 @@ class Speculative(Decoder):
             n = min(gamma, out.budget - len(out.tokens) - 1)  # drafts past the budget could never be emitted
             drafts, q = draft_tokens(self.draft, seq, n, self.vocab, q_of, self.generator)
             # the first step's forward is the target's prefill
-            uncached = torch.as_tensor(seq[self.target.length:], device=device)
-            logits = self.target.forward(torch.cat([uncached, drafts.to(device)]), last=n + 1)
-            block, drafts = self.verify(logits, drafts.to(device), q)
+            drafts = drafts.to(device)
+            logits = self.target.forward(torch.cat([upload(seq[self.target.length:], device), drafts]), last=n + 1)
+            block, drafts = self.verify(logits, drafts, q)
             fed = seq + drafts
             seq += out.emit(block)
             if out.done:
