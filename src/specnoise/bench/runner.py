@@ -161,7 +161,7 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
 
     # a static cache is sized (and compiled) once, for the longest generation, before anything is timed: a later
     # turn holds the earlier turns and their answers (at most ``budget`` tokens each, a few more where text joins)
-    longest = max(len(encode(s, [""] * (len(s.turns) - 1))) + (budget + 8) * len(s.turns) for s in kept)
+    longest = min(context, max(len(encode(s, [""] * (len(s.turns) - 1))) + (budget + 8) * len(s.turns) for s in kept))
     for decoder in decoders.values():
         decoder.reserve(longest)
 
