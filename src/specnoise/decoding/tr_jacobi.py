@@ -143,14 +143,19 @@ class TRJacobi(Decoder):
             self.tables[depth] = Tables(tree, self.cfg.faithful, k, graphed=self.target.graphs)
         return self.tables[depth]
 
-    def candidates_fill(self, seq: list[int], tree: Tree, retrieval: bool) -> torch.Tensor:
-        """What empty cells of the candidate matrix get this step: the continuation of an earlier occurrence of
-        the newest n-gram in the retrieval column, ahead noise from the accepted context before the root in the
-        others (the cells the previous step filled with its top-k keep those)."""
-        fill = ahead_noise(seq[:-1] or seq, tree.rows * tree.width, self.generator)
+    def candidates_fill(self, seq: list[int], t: Tables, retrieval: bool, filled: int) -> torch.Tensor:
+        """What the empty cells of the candidate matrix get this step: the continuation of an earlier occurrence of
+        the newest n-gram in the retrieval column, then ahead noise from the accepted context before the root in
+        every other cell the tree reads, in cell order, except the first ``filled`` rows' top-k (the previous step's
+        candidates, which stay). The draws are the list version's, so speeds reproduce."""
+        tree, K = t.tree, self.cfg.topk
+        fill = [-1] * (tree.rows * tree.width)
         if retrieval:
             for d, token in enumerate(retrieve(seq, self.cfg.retrieval_ngram, self.R, self.cfg.faithful)):
-                fill[d * tree.width + self.cfg.topk] = token
+                fill[d * tree.width + K] = token
+        empty = [c for c in tree.used if fill[c] < 0 and not (c // tree.width < filled and c % tree.width < t.k)]
+        for c, token in zip(empty, ahead_noise(seq[:-1] or seq, len(empty), self.generator)):
+            fill[c] = token
         return upload(fill, self.target.device).view(tree.rows, tree.width)
 
     def decode(self, prompt: list[int], out: Output) -> None:
@@ -158,11 +163,12 @@ class TRJacobi(Decoder):
         seq = list(prompt)  # the accepted context, on the host: retrieval and noise read it
         pending = upload(prompt, dev)  # inputs without KV yet, root last: the first step is fused with prefill
         C = torch.full((self.tree.rows, self.tree.width), -1, device=dev)  # candidate matrix; -1 = empty
-        first = True
+        first, filled = True, 0  # filled: rows of C holding the previous step's top-k
         while True:
             t = self.tables_for(out.budget - len(out.tokens))
             tree = t.tree
-            C = torch.where(C >= 0, C, self.candidates_fill(seq, tree, self.R and not (self.cfg.faithful and first)))
+            retrieval = self.R and not (self.cfg.faithful and first)
+            C = torch.where(C >= 0, C, self.candidates_fill(seq, t, retrieval, filled))
             nodes = C.view(-1)[t.cell]
 
             P, m = self.target.length, pending.numel()
@@ -174,7 +180,8 @@ class TRJacobi(Decoder):
                                          last=len(tree.nodes) + 1)
             read, C, block, path = t.verify(logits, nodes)
             read = self.to_host(read)  # the step's one device-to-host read
-            a, emitted, kept = read[0], read[1:read[0] + 2], read[1 + t.span:2 + t.span + read[0]]
+            a, emitted, path_read = read[0], read[1:read[0] + 2], read[1 + t.span:1 + 2 * t.span]
+            kept = path_read[:a + 1]
             if self.stats is not None and tree is self.tree:  # a tree cut at the budget lacks the index
                 self.stats.observe([False] + read[1 + 2 * t.span:], tree, self.index)
             out.emit(emitted)
@@ -186,6 +193,8 @@ class TRJacobi(Decoder):
             seq += emitted
             pending = block[a:a + 1]  # the bonus token, without KV yet: the next root
             first = False
+            # the rows after the rejected node: to the end of the path (faithful: of the tree, the root padding it)
+            filled = tree.rows - a if self.cfg.faithful else sum(i >= 0 for i in path_read) - a - 1
 
     # ------------------------------------------------------------------------------------ tree=auto
     def generate(self, prompt, max_new_tokens):
