@@ -11,7 +11,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from specnoise.conf_store import register
 from specnoise.models import LoadedModel
+
+register()  # what the entry point does before Hydra composes: tests compose configs too
 
 # Tiny matmuls gain nothing from threads, and on a busy 2-core machine torch's default threading makes
 # them many times slower.

@@ -60,8 +60,7 @@ class Recording(KVModel):
 
 
 def recorded(decoder):
-    decoder.target = Recording(decoder.target.model)
-    decoder.draft = Recording(decoder.draft.model)
+    decoder.bind(Recording(decoder.target.model), Recording(decoder.draft.model))
     return decoder
 
 
@@ -125,7 +124,7 @@ def tv(samples: list[int], p: torch.Tensor) -> float:
 
 
 def sampled_marginals(decoder, n=SAMPLES, budget=2, prompt=PROMPT) -> tuple[list[int], list[int]]:
-    outs = [decoder.generate(prompt, budget).tokens for _ in range(n)]
+    outs = [decoder.generate(prompt, budget, seed=i).tokens for i in range(n)]  # a seed per sample
     assert all(len(o) == budget for o in outs)  # no EOS in this vocabulary's way: id 2 is rare enough
     return [o[0] for o in outs], [o[-1] for o in outs]
 

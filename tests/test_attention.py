@@ -13,7 +13,7 @@ from conftest import make_model, prompts
 from specnoise.config import DECODER_SCHEMAS, ARConfig, ConfigError, ModelConfig
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import KVModel, causal_block, self_test
-from specnoise.decoding.static_kv import StaticKVModel
+from specnoise.decoding.static_kv import StaticEngine
 
 
 def with_attention(loaded, name: str):
@@ -29,7 +29,7 @@ def gqa_model(request):
     return loaded
 
 
-@pytest.mark.parametrize("engine", [KVModel, StaticKVModel])
+@pytest.mark.parametrize("engine", [KVModel, StaticEngine])
 def test_sdpa_gqa_gives_sdpa_logits(gqa_model, engine, monkeypatch):
     fallback = specnoise.attention.sdpa_attention_forward
     masked_fallbacks = []

@@ -14,9 +14,7 @@ from helpers_models import save_tiny_model, tiny_tokenizer
 from specnoise.bench.audit import audit_divergences, mismatch_fraction, verdict
 from specnoise.bench.runner import Turn, run_benchmark
 from specnoise.config import ARConfig, ConfigError, config_dir
-from specnoise.decoding.ar import AR
-from specnoise.decoding.base import DecodeOutput, Decoder
-from specnoise.decoding.jacobi import Jacobi
+from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
 from specnoise.decoding.kv import KVModel
 from specnoise.numerics import Numerics, numerics, policy, use_numerics
 
@@ -54,7 +52,7 @@ def plant(runs: dict[str, list[Turn]], position: int, token) -> dict[str, list[T
 def test_planted_wrong_token_is_a_mismatch():
     target = make_model("llama")
     prompt_list = prompts(3, seed=4)
-    ar = turns(AR(ARConfig(), target), prompt_list, 12)
+    ar = turns(build_decoder(ARConfig(), target), prompt_list, 12)
     vocab = target.model.config.vocab_size
     runs = {"ar": ar, "bad": plant(ar, 3, lambda t: (t + 7) % vocab), "same": ar}
     audits = audit_divergences(runs, target.model)
@@ -69,7 +67,7 @@ def test_near_tie_is_a_numeric_tie():
     the twin there is exact in real arithmetic, and the audit says so."""
     target = make_model("llama", seed=3)
     prompt = prompts(1, seed=5)[0]
-    decoder = AR(ARConfig(), target)
+    decoder = build_decoder(ARConfig(), target)
     twin = target.model.config.vocab_size - 1
     a = next(t for t in decoder.generate(prompt, 12).tokens if t not in target.eos_ids | {twin})
     assert twin > a  # argmax picks the lower index of an exact tie, so AR keeps choosing ``a``
@@ -128,7 +126,7 @@ def test_runner_flags_a_decoder_with_a_planted_wrong_token(saved, tmp_path, monk
         out.tokens[2] = (out.tokens[2] + 1) % self.target.vocab_size
         return out
 
-    monkeypatch.setattr(Jacobi, "generate", flipped)
+    monkeypatch.setattr(decoder_class("jacobi"), "generate", flipped)
     results, per_prompt = bench(saved, tmp_path, "decoder=jacobi")
     row = next(r for r in results["rows"] if r["decoder"] == "jacobi" and r["category"] == "all")
     assert row["lossless_fraction"] == 0.0 and row["mismatch_fraction"] == 1.0
@@ -195,14 +193,14 @@ def test_bad_backend_name_is_a_config_error():
 @pytest.mark.parametrize("engine", ["dynamic", "static"])
 def test_every_engine_runs_the_model_under_its_policy(engine):
     """The backend / strict policy is entered around the model call by both engines, not just the dynamic one."""
-    from specnoise.decoding.static_kv import StaticKVModel
+    from specnoise.decoding.static_kv import StaticEngine
 
     model = make_model("llama").model
     use_numerics(model, strict=True)
     seen = []
     hook = model.register_forward_pre_hook(lambda *_: seen.append(sdpa_flags()))
     try:
-        kv = KVModel(model) if engine == "dynamic" else StaticKVModel(model, buckets=(1, 8))
+        kv = KVModel(model) if engine == "dynamic" else StaticEngine(model, buckets=(1, 8))
         kv.forward(prompts(1, seed=2)[0][:5])
         kv.forward([3])
     finally:

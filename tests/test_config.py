@@ -106,8 +106,8 @@ def test_cli_prints_composed_config():
         (["decoder=speculative", "decoder.gamma=-1", "logger=none"], "decoder.gamma: got -1, must be >= 1"),
         (["train=msn", "train.noise.length=0", "logger=none"], "train.noise.length: got 0, must be >= 1"),
         (["model.path=/nonexistent/model", "logger=none"], "no model at /nonexistent/model"),
-        (["decoder=pld", "decoder.top_p=0.9", "model.path=/nonexistent/model", "logger=none"],  # before any load
-         "decoder.top_p: decoder=pld is greedy-only"),
+        (["decoder=hf_greedy", "decoder.top_p=0.9", "model.path=/nonexistent/model", "logger=none"],  # before loading
+         "decoder.top_p: decoder=hf_greedy is greedy-only"),
     ],
 )
 def test_cli_bad_input_gives_one_clear_line(args, message, tmp_path):
@@ -117,33 +117,37 @@ def test_cli_bad_input_gives_one_clear_line(args, message, tmp_path):
     assert "Traceback" not in out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("decoder,key,value", [("pld", "top_p", 0.9), ("lookahead", "top_k", 5),
-                                               ("jacobi", "temperature", 0.7), ("tr_jacobi", "top_k", 3),
-                                               ("hf_greedy", "temperature", 1.0), ("hf_assisted", "top_p", 0.5)])
+SAMPLERS = ["ar", "jacobi", "tr_jacobi", "pld", "lookahead", "speculative", "ouroboros"]
+
+
+@pytest.mark.parametrize("decoder,key,value", [("hf_greedy", "temperature", 1.0), ("hf_assisted", "top_p", 0.5),
+                                               ("hf_pld", "top_k", 3), ("hf_static", "temperature", 0.7)])
 def test_greedy_only_decoders_reject_sampling_keys(decoder, key, value):
     with pytest.raises(ConfigError, match=rf"decoder\.{key}: decoder={decoder} is greedy-only.*"
-                                          r"\(ar, speculative, ouroboros\)"):
+                                          rf"\({', '.join(SAMPLERS)}\)"):
         compose_object([f"decoder={decoder}", f"decoder.{key}={value}"])
 
 
-@pytest.mark.parametrize("decoder", ["ar", "speculative", "ouroboros"])
+@pytest.mark.parametrize("decoder", SAMPLERS)
 def test_sampling_decoders_take_every_sampling_key(decoder):
     conf = compose_object([f"decoder={decoder}", "decoder.temperature=0.8", "decoder.top_p=0.9", "decoder.top_k=5",
-                           "decoders=[ar,speculative,ouroboros]"])
+                           f"decoders=[{','.join(SAMPLERS)}]"])
     assert (conf.decoder.temperature, conf.decoder.top_p, conf.decoder.top_k) == (0.8, 0.9, 5)
 
 
 def test_decoders_list_shares_sampling_so_greedy_only_entries_are_rejected():
-    with pytest.raises(ConfigError, match=r"decoders\[\]: pld is greedy-only.*temperature=0\.8"):
-        compose_object(["decoder=speculative", "decoder.temperature=0.8", "decoders=[ouroboros,pld]"])
-    with pytest.raises(ConfigError, match=r"decoders\[\]: jacobi is greedy-only.*top_k=4"):
-        compose_object(["decoder=ar", "decoder.top_k=4", "decoders=[jacobi]"])
-    assert compose_object(["decoder=speculative", "decoders=[pld,jacobi]"]).decoders == ["pld", "jacobi"]  # greedy
+    with pytest.raises(ConfigError, match=r"decoders\[\]: hf_greedy is greedy-only.*temperature=0\.8"):
+        compose_object(["decoder=speculative", "decoder.temperature=0.8", "decoders=[ouroboros,hf_greedy]"])
+    with pytest.raises(ConfigError, match=r"decoders\[\]: hf_pld is greedy-only.*top_k=4"):
+        compose_object(["decoder=ar", "decoder.top_k=4", "decoders=[hf_pld]"])
+    assert compose_object(["decoder=speculative", "decoders=[hf_pld,jacobi]"]).decoders == ["hf_pld", "jacobi"]
 
 
-def test_schema_and_decoder_agree_on_who_samples():
+def test_every_drafter_samples_and_the_generate_peers_do_not():
+    """Sampling lives in the verifier, so every decoder over it samples; the config schema is the one place that
+    says so."""
     for name, schema in DECODER_SCHEMAS.items():
-        assert schema.samples == decoder_class(name).supports_sampling, name
+        assert schema.samples == (decoder_class(name).drafter_class is not None), name
 
 
 def test_one_generation_length_for_a_benchmark():

@@ -10,23 +10,27 @@ from helpers_decoding import ar, cycle_successor, map_model
 from specnoise.config import LookaheadConfig
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import KVModel
-from specnoise.decoding.lookahead import LookaheadWindow, branch_points, greedy_pick, layout, walk
+from specnoise.decoding.lookahead import Window, layout, window_shape
 from specnoise.decoding.ngram import NGramPool
+from specnoise.decoding.trees import with_prefix
+from specnoise.decoding.verifier import Verifier
 
 
 @pytest.mark.parametrize("shape", [(3, (6,), 0, 3), (1, (5, 4), 2, 3), (2, (4, 4, 4), 3, 2), (1, (), 2, 4)],
                          ids=["prefill-warmup", "warmup-2rows", "steady", "phrases-only"])
 def test_every_token_of_the_block_gets_the_logits_of_its_path(target, shape):
-    """Mask and positions together: each window cell and n-gram token, fed in one tree forward, must get the
-    logits of a plain causal forward of exactly the tokens it sees, at consecutive positions."""
+    """Mask and positions together: each window cell and n-gram token, fed in one tree forward after ``trunk``
+    uncached tokens (the root last), must get the logits of a plain causal forward of exactly the tokens it sees."""
     trunk, rows, k, m = shape
-    lay = layout(trunk, rows, k, m)
+    lay = layout(rows, k, m)
     gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(3, 96, (4,), generator=gen).tolist()
+    prefix = torch.randint(3, 96, (4 + trunk - 1,), generator=gen).tolist()
     block = torch.randint(3, 96, (lay.tree.shape[0],), generator=gen).tolist()
     kv = KVModel(target.model)
-    kv.forward(prefix)
-    logits = kv.forward(block, lay.offsets + len(prefix), lay.tree)
+    kv.forward(prefix[:4])
+    root = len(prefix)
+    positions = torch.cat([torch.arange(4, root), lay.offsets + root])
+    logits = kv.forward(prefix[4:] + block, positions, with_prefix(lay.tree, trunk - 1))[trunk - 1:]
     for i in range(len(block)):
         seen = lay.tree[i].nonzero().flatten().tolist()
         assert int(lay.offsets[i]) == len(seen) - 1  # its position = the length of its path
@@ -35,26 +39,16 @@ def test_every_token_of_the_block_gets_the_logits_of_its_path(target, shape):
 
 
 def test_layout_columns_and_is_built_once_per_shape():
-    lay = layout(1, (3, 3), 1, 2)  # root c=0, row0 cells 1,2; row1 cells 3,4,5; n-gram 6,7
+    lay = layout((3, 3), 1, 2)  # root c=0, row0 cells 1,2; row1 cells 3,4,5; n-gram 6,7
     assert lay.last_row == [3, 4, 5] and lay.ngrams == [[6, 7]]
     assert lay.tree[4].nonzero().flatten().tolist() == [0, 1, 4]  # cell (1,1) sees c, (0,1) and itself
     assert lay.tree[7].nonzero().flatten().tolist() == [0, 6, 7]  # n-gram branch never sees the window
     assert lay.offsets.tolist() == [0, 1, 2, 1, 2, 3, 1, 2]
-    assert layout(1, (3, 3), 1, 2) is lay  # the steady-state shape: no per-step work
-
-
-def test_walk_takes_the_first_longest_match():
-    logits = torch.full((7, 10), -1.0)
-    for row, best in enumerate([4, 5, 9, 5, 6, 8, 1]):  # argmax per block index
-        logits[row, best] = 1.0
-    paths, nodes = [(4, 9), (4, 5, 6), (4, 5, 7)], [[1, 2], [3, 4, 5], [3, 4, 6]]
-    pick = greedy_pick(logits.argmax(-1).tolist())
-    out, kept = walk(paths, nodes, 0, pick)
-    assert out == [4, 5, 6, 8] and kept == [3, 4, 5]
-    assert walk([], [], 0, pick) == ([4], [])
-    assert walk([(3,)], [[1]], 0, pick) == ([4], [])
-    # where a sampling walk may have to decide: the root, then each node reached by a distinct candidate
-    assert branch_points(paths, nodes, 0) == {0: [4], 1: [9, 5], 2: [], 4: [6, 7], 5: [], 6: []}
+    assert layout((3, 3), 1, 2) is lay  # the steady-state shape: no per-step work
+    shape, _ = window_shape((3, 3), 1, 2, False)
+    assert shape.rows_host == [0, 6, 7] and shape.parent.tolist() == [0, 1]  # the verifier's tree: the n-gram
+    faithful, _ = window_shape((3, 3), 1, 2, True)
+    assert faithful.rows_host == [0, 6]  # LADE feeds the n-gram's last token but never accepts it
 
 
 def test_window_warms_up_then_feeds_the_pool(target):
@@ -62,12 +56,16 @@ def test_window_warms_up_then_feeds_the_pool(target):
     n-grams for the pool."""
     N, W = 4, 3
     pool = NGramPool(5)
-    window = LookaheadWindow(N, W, pool, [5, 6, 7, 8], torch.Generator().manual_seed(0), torch.Tensor.tolist)
+    window = Window(N, W, pool, [5, 6, 7, 8], torch.Generator().manual_seed(0))
     model, seq = KVModel(target.model), [5, 6, 7, 8]
+    verifier = Verifier(model, torch.Tensor.tolist)
     lengths, sizes = [], []
     for _ in range(4):
         lengths.append([len(r) for r in window.rows])
-        seq += window.step(model, seq)
+        v = verifier.step(seq[model.length:], window.propose(seq[-1], model.device), base=0)
+        verifier.commit(v)
+        window.advance(seq[-1], v.extra)
+        seq += v.tokens
         sizes.append(len(pool))
         assert model.length == len(seq) - 1  # the cache holds everything but the new root
     assert lengths == [[W + 2], [W + 1, W + 1], [W, W, W], [W, W, W]]

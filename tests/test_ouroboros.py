@@ -76,7 +76,7 @@ def test_drafts_and_phrases_are_accepted(cycle, faithful):
 def test_stops_at_an_eos_inside_an_accepted_phrase(family, eos):
     model = map_model(family, cycle_successor, {eos})
     decoder = build_decoder(OuroborosConfig(gamma=2, phrase_len=4, W=8), model, model)
-    decoder.pool.insert(11, (12, 13, 14, 10))  # history: the phrase after the draft [10, 11]
+    decoder.drafter.pool.insert(11, (12, 13, 14, 10))  # history: the phrase after the draft [10, 11]
     out = decoder.generate(CYCLE * 2, 30)
     assert out.tokens == ar(model, CYCLE * 2, 30) == CYCLE[:CYCLE.index(eos) + 1]
     assert out.accepted == [len(out.tokens)]  # one step: 2 drafts, then the phrase up to its EOS
@@ -108,12 +108,13 @@ def test_tried_phrases_become_their_verified_versions(target, draft):
     """Paper refresh: after a fully accepted draft, each tried phrase is replaced by the target's predictions
     (u0 after the draft, then the prediction after each phrase token)."""
     decoder = build_decoder(OuroborosConfig(phrase_len=3), target, draft)
-    decoder.pool.insert(9, (1, 2, 3))
-    decoder.pool.insert(9, (4, 5, 6))
+    decoder.drafter.pool.insert(9, (1, 2, 3))
+    decoder.drafter.pool.insert(9, (4, 5, 6))
     y = [0, 42, 43, 50, 51, 52, 60, 61, 62]  # argmax per row: before d[0], after d[0], after d[-1], phrase tokens
-    decoder.harvest(9, [8, 9], [(4, 5, 6), (1, 2, 3)], y, d_nodes=[1, 2], phrase_nodes=[[3, 4, 5], [6, 7, 8]],
-                    accepted=2)
-    assert decoder.pool.get(9) == [(43, 60, 61), (43, 50, 51)]  # oldest first, recency kept
+    drafter = decoder.drafter
+    drafter.key, drafter.d, drafter.phrases = 9, [8, 9], [(4, 5, 6), (1, 2, 3)]  # what the step proposed
+    drafter.harvest(y, accepted=2)
+    assert decoder.drafter.pool.get(9) == [(43, 60, 61), (43, 50, 51)]  # oldest first, recency kept
 
 
 # ------------------------------------------------------------------------------------------------ history
@@ -121,10 +122,10 @@ def test_history_persists_across_prompts_and_can_be_switched_off(target, draft):
     a, b = [11, 12, 13, 14], [9, 8, 7]
     reuse = build_decoder(OuroborosConfig(), target, draft)
     reuse.generate(a, 30)
-    assert len(reuse.pool) > 0  # the second prompt starts with a non-empty pool
+    assert len(reuse.drafter.pool) > 0  # the second prompt starts with a non-empty pool
     assert reuse.generate(b, 30).tokens == ar(target, b, 30)
     reuse.reset_history()
-    assert len(reuse.pool) == 0
+    assert len(reuse.drafter.pool) == 0
 
     fresh = build_decoder(OuroborosConfig(reuse_history=False), target, draft).generate(b, 30)
     off = build_decoder(OuroborosConfig(reuse_history=False), target, draft)
@@ -136,9 +137,9 @@ def test_history_persists_across_prompts_and_can_be_switched_off(target, draft):
 
 # ------------------------------------------------------------------------------------------------ sampling
 def test_sampling_keeps_the_target_distribution():
-    """Token 1: the greedy draft token, accepted with probability p or replaced from the residual. Token 2 (after
-    an accepted draft): chosen among the first tokens of the K phrases for the draft's last token by sequential
-    multi-candidate rejection. Both marginals must be the target's exactly."""
+    """Token 1: the greedy draft token, kept when it is the target's draw. Token 2 (after an accepted draft): among
+    the first tokens of the K phrases for the draft's last token, the one that is the target's draw. Both marginals
+    must be the target's exactly, one seed per sample."""
     target, drafter = tiny_pair()
     target = dataclasses.replace(target, eos_ids=frozenset())
     cfg = OuroborosConfig(temperature=1.0, gamma=3, W=4, phrase_len=1, K=3, seed=2)
@@ -148,10 +149,10 @@ def test_sampling_keeps_the_target_distribution():
     after = p_after.argsort(descending=True).tolist()
     decoder = build_decoder(cfg, target, drafter)
     outs = []
-    for _ in range(SAMPLES):
+    for i in range(SAMPLES):
         for token in (after[2], after[0], after[1]):  # the newest K phrases for d0: three candidates at token 2
-            decoder.pool.insert(d0, (token,))
-        outs.append(decoder.generate(PROMPT, 2).tokens)
+            decoder.drafter.pool.insert(d0, (token,))
+        outs.append(decoder.generate(PROMPT, 2, seed=i).tokens)
     assert tv([o[0] for o in outs], first) < TV_MAX and tv([o[1] for o in outs], second) < TV_MAX
     # the test can fail: emitting the greedy draft token, or the newest phrase's token, as is would be far off
     assert 1 - float(first[d0]) > 2 * TV_MAX and 1 - float(p_after[after[1]]) > 2 * TV_MAX

@@ -8,20 +8,10 @@ are checked to fail them so the tests can fail.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from specnoise.config import ARConfig
-from specnoise.decoding.sampling import (
-    accepts,
-    fit_vocab,
-    multi_candidate_accept,
-    next_token,
-    residual,
-    sample,
-    speculative_sample,
-    warp,
-)
+from specnoise.decoding.sampling import draw, fit_vocab, residual, sample, warp
 
 TRIALS = 4000
 THRESHOLD = 0.05
@@ -42,7 +32,14 @@ def test_warp_temperature_top_k_top_p():
     assert torch.allclose(top2, torch.cat([torch.softmax(logits[:2], -1), torch.zeros(2)]))
     nucleus = warp(logits, ARConfig(temperature=1.0, top_p=0.5))  # the first token alone holds 0.64
     assert nucleus.tolist() == [1.0, 0.0, 0.0, 0.0]
-    assert int(next_token(logits, ARConfig(), torch.Generator())) == 0
+
+
+def test_draw_is_the_inverse_cdf_at_the_uniform():
+    weights = torch.tensor([[1.0, 0.0, 3.0], [0.0, 2.0, 2.0]])  # cumulative 1, 1, 4 and 0, 2, 4
+    assert draw(weights, torch.tensor([0.0, 0.0])).tolist() == [0, 1]  # zero weights are never drawn
+    assert draw(weights, torch.tensor([0.24, 0.49])).tolist() == [0, 1]
+    assert draw(weights, torch.tensor([0.26, 0.51])).tolist() == [2, 2]
+    assert draw(weights, torch.tensor([1 - 1e-12, 1 - 1e-12])).tolist() == [2, 2]
 
 
 def test_sample_draws_rows_in_proportion_to_unnormalised_weights():
@@ -68,83 +65,3 @@ def test_residual_and_its_guard():
     assert torch.equal(residual(p, p.clone()), p)  # p == q: nothing left to correct, sample p itself
     rows = residual(torch.stack([p, p]), torch.stack([q, p]))  # row by row
     assert torch.allclose(rows, torch.stack([torch.tensor([1.0, 0.0, 0.0]), p]))
-
-
-def test_accepts_is_min_one_p_over_q():
-    """All drafts at once, one uniform each."""
-    u = torch.rand(TRIALS, generator=torch.Generator().manual_seed(0))
-    p, q = torch.tensor([[0.2, 0.8]]).expand(TRIALS, 2), torch.tensor([[0.8, 0.2]]).expand(TRIALS, 2)
-    zeros, ones = torch.zeros(TRIALS, dtype=torch.long), torch.ones(TRIALS, dtype=torch.long)
-    assert abs(float(accepts(p, q, zeros, u).float().mean()) - 0.25) < 0.03
-    assert accepts(p, q, ones, u).all()  # p >= q: always kept
-    assert not accepts(torch.tensor([[0.0, 1.0]]).expand(TRIALS, 2), q, zeros, u).any()
-
-
-def first_token_counts(fn, v: int) -> torch.Tensor:
-    counts = torch.zeros(v)
-    for _ in range(TRIALS):
-        counts[int(fn())] += 1
-    return counts
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_speculative_sample_keeps_the_target_distribution(seed):
-    v, gen = 6, torch.Generator().manual_seed(seed)
-    p, q = torch.stack([dist(seed), dist(seed + 10)]), dist(seed + 20).view(1, -1)
-
-    def once():
-        d = sample(q[0], gen).view(1)
-        accepted, token = speculative_sample(p, q, d, gen)
-        return d[0] if accepted else token
-
-    assert tv(first_token_counts(once, v), p[0]) < THRESHOLD
-    # the sampler that trusts the draft (accepts every draft) is wrong, and the test can see it
-    assert tv(first_token_counts(lambda: sample(q[0], gen), v), p[0]) > 2 * THRESHOLD
-
-
-def test_speculative_sample_second_token_after_full_acceptance():
-    """The joint of (first, second) tokens: the bonus row is sampled only after an acceptance."""
-    v, gen = 4, torch.Generator().manual_seed(3)
-    p = torch.stack([dist(1, v), dist(2, v)])  # the target's second row is the same whatever the first token
-    q = dist(3, v).view(1, -1)
-
-    def once():
-        accepted, token = speculative_sample(p, q, sample(q[0], gen).view(1), gen)
-        return token if accepted else sample(p[1], gen)  # after a rejection the next step samples p
-
-    assert tv(first_token_counts(once, v), p[1]) < THRESHOLD
-
-
-@pytest.mark.parametrize("candidates", [[2], [0, 3, 1], [1, 1, 4], []])
-def test_multi_candidate_accept_keeps_the_target_distribution(candidates):
-    v, gen = 6, torch.Generator().manual_seed(5)
-    p = dist(7, v)
-    tokens, hits = multi_candidate_accept(p.expand(TRIALS, v), [candidates] * TRIALS, gen)  # rows are independent
-    assert tv(torch.bincount(tokens, minlength=v).float(), p) < THRESHOLD
-    assert torch.equal(hits, torch.isin(tokens, torch.tensor(candidates, dtype=torch.long)))
-    certain = torch.tensor([[0.0, 1.0, 0.0]] * 3)
-    tokens, hits = multi_candidate_accept(certain, [[1], [0, 2], []], gen)
-    assert tokens.tolist() == [1, 1, 1] and hits.tolist() == [True, False, False]
-
-
-def test_accepting_candidates_without_renormalising_fails_the_same_threshold():
-    """Trying each candidate with its raw p(c) and sampling p (not the residual) after rejections is wrong."""
-    v, gen = 6, torch.Generator().manual_seed(5)
-    p, candidates = dist(7, v), [int(dist(7, v).argmax()), 0, 3]
-
-    def wrong():
-        for c in candidates:
-            if torch.rand((), generator=gen) < p[c]:
-                return c
-        return sample(p, gen)
-
-    assert tv(first_token_counts(wrong, v), p) > THRESHOLD
-
-
-def test_multi_candidate_accept_rows_see_only_their_own_candidates():
-    """Different candidates per row (padded inside): the second token of each row keeps p too."""
-    v, gen = 6, torch.Generator().manual_seed(8)
-    p = torch.stack([dist(9, v), dist(10, v)]).repeat(TRIALS // 2, 1)
-    tokens, _ = multi_candidate_accept(p, [[4, 0, 5], [2]] * (TRIALS // 2), gen)
-    for row in (0, 1):
-        assert tv(torch.bincount(tokens[row::2], minlength=v).float(), p[row]) < THRESHOLD

@@ -74,7 +74,7 @@ def test_eos_and_budget_inside_accepted_drafts(target):
 def test_padded_draft_vocab_is_sliced(target, family):
     padded = make_model(family, layers=1, seed=2, hidden_size=32, intermediate_size=64, vocab_size=128)
     decoder = build_decoder(SpeculativeConfig(), target, padded)
-    assert decoder.vocab == 96
+    assert decoder.drafter.vocab == 96
     for prompt in prompts(3, seed=5):
         assert decoder.generate(prompt, 24).tokens == ar(target, prompt, 24)
     sampled = build_decoder(SpeculativeConfig(temperature=1.0), target, padded).generate([5, 6], 16)

@@ -24,7 +24,7 @@ from specnoise.config import DECODER_SCHEMAS, ConfigError, ModelConfig, config_d
 from specnoise.decoding import static_kv
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
 from specnoise.decoding.kv import KVModel
-from specnoise.decoding.static_kv import StaticKVModel, capacity_for, use_static_cache
+from specnoise.decoding.static_kv import StaticEngine, capacity_for, use_static_cache
 from specnoise.models import load_model
 
 ALL = list(DECODER_MODULES)
@@ -51,7 +51,7 @@ def static_pair(target, draft):
 @pytest.mark.parametrize("name", ENGINE_DECODERS)
 def test_every_decoder_on_the_static_engine_equals_ar(name, target, static_pair):
     decoder = build(name, *static_pair)
-    assert isinstance(decoder.target, StaticKVModel)
+    assert isinstance(decoder.target, StaticEngine)
     for prompt in PROMPTS:
         out = decoder.generate(prompt, NEW_TOKENS)
         assert out.tokens == ar(target, prompt, NEW_TOKENS), f"{name} on the static engine diverges from AR"
@@ -91,7 +91,7 @@ def test_hf_static_equals_ar(target):
 # ------------------------------------------------------------------------------------ the primitives
 def compare(ops, model, **engine):
     """Run the same operations on both engines; every forward's logits and every length must agree."""
-    dynamic, fixed = KVModel(model), StaticKVModel(model, **engine)
+    dynamic, fixed = KVModel(model), StaticEngine(model, **engine)
     for op, *args in ops:
         if op == "forward":
             a, b = dynamic.forward(*args), fixed.forward(*args)
@@ -140,7 +140,7 @@ def test_the_cache_grows_keeping_its_contents(target, monkeypatch):
 
 
 def test_reserve_sizes_the_cache_before_the_first_forward(target):
-    engine = StaticKVModel(target.model)
+    engine = StaticEngine(target.model)
     engine.reserve(100)
     cache, capacity = engine.cache, engine.capacity
     assert capacity >= 100 + static_kv.BUCKETS[-1]

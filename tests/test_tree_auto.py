@@ -95,12 +95,14 @@ def test_auto_tree_tokens_equal_ar(target):
     for i, prompt in enumerate(PROMPTS):
         outs.append(decoder.generate(prompt, 30))
         assert outs[-1].tokens == ar(target, prompt, 30)
-        assert (not decoder.fastest) == (i < 1)  # the full template until calibrated, then a sub-tree
+        assert (not decoder.drafter.fastest) == (i < 1)  # the full template until calibrated, then a sub-tree
         # every step is learnt from but the last few of a generation, whose trees are cut at the budget
         forwards = sum(out.target_forwards for out in outs)
-        assert forwards - decoder.full.rows * len(outs) <= decoder.stats.steps <= forwards
-    assert decoder.meta["tree"] == f"auto({AUTO_TEMPLATE})" and decoder.meta["observed_steps"] == decoder.stats.steps
-    assert len(decoder.tree.nodes) == decoder.meta["tree_nodes"] and decoder.R == decoder.meta["retrieval_len"]
+        assert forwards - decoder.drafter.full.rows * len(outs) <= decoder.drafter.stats.steps <= forwards
+    assert decoder.drafter.meta["tree"] == f"auto({AUTO_TEMPLATE})" \
+        and decoder.drafter.meta["observed_steps"] == decoder.drafter.stats.steps
+    drafter = decoder.drafter
+    assert len(drafter.tree.nodes) == drafter.meta["tree_nodes"] and drafter.R == drafter.meta["retrieval_len"]
 
 
 def test_auto_tree_learns_the_accepted_nodes():
@@ -109,11 +111,11 @@ def test_auto_tree_learns_the_accepted_nodes():
     target = map_model("llama", cycle_successor)
     prompt = [5, 6] + CYCLE * 2
     with_retrieval = build_decoder(TRJacobiConfig(tree="auto"), target)
-    stats = with_retrieval.stats
+    stats = with_retrieval.drafter.stats
     assert with_retrieval.generate(prompt, 64).tokens == ar(target, prompt, 64)
     assert stats.hits[:5] == stats.trials[:5] == [stats.steps] * 5  # the chain: always right
     assert max(stats.hits[5:]) < stats.steps / 2  # the rest is ahead noise (a fully accepted path leaves no rows)
-    assert with_retrieval.R == 5 and with_retrieval.meta["expected_accepted"] > 5
+    assert with_retrieval.drafter.R == 5 and with_retrieval.meta["expected_accepted"] > 5
     assert with_retrieval.generate(prompt[:4], 40).tokens == ar(target, prompt[:4], 40)
 
 
@@ -122,11 +124,11 @@ def test_auto_tree_learns_the_accepted_nodes():
 @pytest.mark.parametrize("retrieval_first", [True, False])
 def test_every_sub_tree_size_is_lossless(target, k, retrieval_first):
     decoder = build_decoder(TRJacobiConfig(tree=AUTO_TEMPLATE), target)
-    full = decoder.tree
+    full = decoder.drafter.tree
     # ranks by template order, with the retrieval chain first or last (then small sub-trees have none)
     p = [1.0 - i / 1000 if (i < 5) == retrieval_first else 0.5 - i / 1000 for i in range(len(full.nodes))]
-    decoder.tree, decoder.R, _ = sub_tree(full, closed(full, p), k, topk=10)
-    assert decoder.R == (min(k, 5) if retrieval_first else max(0, k - 63))
+    decoder.drafter.tree, decoder.drafter.R, _ = sub_tree(full, closed(full, p), k, topk=10)
+    assert decoder.drafter.R == (min(k, 5) if retrieval_first else max(0, k - 63))
     for prompt in PROMPTS[:3]:
         assert decoder.generate(prompt, 24).tokens == ar(target, prompt, 24)
 

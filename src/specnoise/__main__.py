@@ -25,10 +25,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from specnoise.conf_store import register
 from specnoise.config import Config, UserError, config_dir
 from specnoise.files import RunDirBusy, RunLock, write_atomic
 
 log = logging.getLogger("specnoise")
+register()  # the schemas and the ${asset:} resolver, before Hydra composes anything
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:

@@ -1,9 +1,11 @@
-"""Structured configs: one dataclass per config-group option, registered in Hydra's ConfigStore.
+"""Structured configs: one plain dataclass per config-group option.
 
-Types are checked by OmegaConf while Hydra composes; ranges are checked in ``__post_init__``, which runs
-when ``__main__`` turns the composed config into these objects (``OmegaConf.to_object``). Every check
-raises :class:`ConfigError` naming the full key and what is allowed, so a bad command line fails at
-start-up with one readable line instead of a stack trace deep inside a stage.
+Nothing here imports Hydra or OmegaConf, so every layer (the decoding core included) can take these objects;
+``conf_store.register`` hands them to Hydra's ConfigStore, and only the entry point calls it. Types are checked by
+OmegaConf while Hydra composes; ranges are checked in ``__post_init__``, which runs when ``__main__`` turns the
+composed config into these objects (``OmegaConf.to_object``). Every check raises :class:`ConfigError` naming the
+full key and what is allowed, so a bad command line fails at start-up with one readable line instead of a stack
+trace deep inside a stage.
 """
 
 from __future__ import annotations
@@ -12,21 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from specnoise.errors import ConfigError, UserError  # noqa: F401  (re-exported: the layers above import them here)
 
+MISSING = "???"  # OmegaConf's marker of a value that must be given (omegaconf.MISSING), without importing it
 PACKAGE_DIR = Path(__file__).resolve().parent
 ASSETS_DIR = PACKAGE_DIR / "assets"
-
-
-class UserError(Exception):
-    """Bad input (config value, model path, data file, prompt): the message says what to change.
-
-    The entry point prints it as one line and exits with status 2, with no stack trace."""
-
-
-class ConfigError(UserError, ValueError):
-    """A bad config value: the message names the key and what is allowed."""
 
 
 def check(ok: bool, key: str, message: str) -> None:
@@ -49,11 +41,6 @@ def config_dir() -> Path:
             return candidate
     raise FileNotFoundError("specnoise configs not found (expected conf/config.yaml next to the package)")
 
-
-# `${asset:models/small-code}` -> absolute path inside the package, so shipped models and data resolve the
-# same from a clone, an editable install or a wheel.
-if not OmegaConf.has_resolver("asset"):
-    OmegaConf.register_new_resolver("asset", lambda rel: str(ASSETS_DIR / rel))
 
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
@@ -214,7 +201,9 @@ class DataConfig:
 # ------------------------------------------------------------------------------------------- decoders
 @dataclass
 class DecoderConfig:
-    samples: ClassVar[bool] = False  # greedy-only unless a decoder says so: the sampling keys below must stay neutral
+    # whether the decoder samples at temperature > 0 (the one place this is said): every drafter does, through the
+    # verifier; a greedy-only decoder (the generate() peers) keeps the sampling keys below neutral
+    samples: ClassVar[bool] = True
 
     name: str = MISSING
     # benchmark jobs use benchmark.max_new_tokens (this key may repeat it, but not differ: Config checks);
@@ -252,7 +241,6 @@ def sampling_decoders() -> list[str]:
 
 @dataclass
 class ARConfig(DecoderConfig):
-    samples: ClassVar[bool] = True
     name: str = "ar"
 
 
@@ -317,7 +305,6 @@ class LookaheadConfig(DecoderConfig):
 
 @dataclass
 class SpeculativeConfig(DecoderConfig):
-    samples: ClassVar[bool] = True
     name: str = "speculative"
     gamma: int = 5
     schedule: str = "constant"  # constant | heuristic (+2 on full acceptance, -1 otherwise, floor 1)
@@ -330,7 +317,6 @@ class SpeculativeConfig(DecoderConfig):
 
 @dataclass
 class OuroborosConfig(DecoderConfig):
-    samples: ClassVar[bool] = True
     name: str = "ouroboros"
     gamma: int = 6  # draft tokens per target step (paper: γ)
     W: int = 15  # lookahead window of the draft model (= phrase pool capacity per key; paper: W = G)
@@ -358,16 +344,19 @@ class OuroborosConfig(DecoderConfig):
 
 @dataclass
 class HFGreedyConfig(DecoderConfig):
+    samples: ClassVar[bool] = False  # the peers run generate() greedily
     name: str = "hf_greedy"
 
 
 @dataclass
 class HFStaticConfig(DecoderConfig):
+    samples: ClassVar[bool] = False  # the peers run generate() greedily
     name: str = "hf_static"  # generate() greedy with a static cache (compiled on CUDA): the fastest stock AR
 
 
 @dataclass
 class HFPLDConfig(DecoderConfig):
+    samples: ClassVar[bool] = False  # the peers run generate() greedily
     name: str = "hf_pld"
     prompt_lookup_num_tokens: int = 10
     max_matching_ngram_size: int = 3
@@ -380,6 +369,7 @@ class HFPLDConfig(DecoderConfig):
 
 @dataclass
 class HFAssistedConfig(DecoderConfig):
+    samples: ClassVar[bool] = False  # the peers run generate() greedily
     name: str = "hf_assisted"
     num_assistant_tokens: int = 5
     schedule: str = "constant"
@@ -527,20 +517,3 @@ class Config:
         check(budget is None or self.benchmark.name == "none" or budget == self.benchmark.max_new_tokens,
               "decoder.max_new_tokens", f"got {budget} but benchmark.max_new_tokens={self.benchmark.max_new_tokens}: "
               "a benchmark has one generation length, set benchmark.max_new_tokens only")
-
-
-def register_configs() -> None:
-    """Register every schema so YAML options can extend `/schema/<group>/<name>`."""
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
-    cs.store(group="schema/model", name="model", node=ModelConfig)
-    cs.store(group="schema/draft", name="draft", node=DraftConfig)
-    cs.store(group="schema/train", name="train", node=TrainConfig)
-    cs.store(group="schema/data", name="data", node=DataConfig)
-    cs.store(group="schema/benchmark", name="benchmark", node=BenchmarkConfig)
-    cs.store(group="schema/logger", name="logger", node=LoggerConfig)
-    for name, schema in DECODER_SCHEMAS.items():
-        cs.store(group="schema/decoder", name=name, node=schema)
-
-
-register_configs()

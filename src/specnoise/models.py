@@ -27,7 +27,7 @@ class LoadedModel:
     static_cache: bool = False  # decoders run on the static-cache engine (decoding/static_kv.py)
     compile: bool = False  # ... with its fixed-shape forwards compiled
     buckets: tuple[int, ...] = ()  # ... padding blocks to these sizes (model.static_buckets)
-    engines: dict = field(default_factory=dict, repr=False, compare=False)  # the shared static engine, once built
+    engines: dict = field(default_factory=dict, repr=False, compare=False)  # role -> engine (decoding.engines)
 
     @property
     def device(self) -> torch.device:

@@ -1,7 +1,7 @@
 """How model calls compute: which SDPA attention kernels run, and strict numerics for bit-consistent verification.
 
 One policy per loaded model (``use_numerics``), entered around every model call the engine makes
-(``KVModel.forward``, the HF ``generate()`` peers, warm-up and self-test all go through those two) with
+(the engines' ``forward``, the HF ``generate()`` peers, warm-up and self-test all go through those two) with
 ``numerics(model)``. Torch's process-wide flags are only changed inside that context and restored on exit, so
 other code in the process never sees them. The context sets the four backend switches with torch's public
 ``torch.backends.cuda.enable_*_sdp`` rather than ``torch.nn.attention.sdpa_kernel``, which does the same plus

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specnoise.decoding.static_kv import StaticKVModel
+from specnoise.decoding.static_kv import StaticEngine
 
 BEST_AR = ("ar", "hf_static")  # our AR and HF generate() with a static cache (compiled on CUDA)
 
@@ -24,7 +24,7 @@ def add_speedup_vs_best_ar(rows: list[dict]) -> list[dict]:
 def engine_meta(decoders) -> dict:
     """The target engine in use, whether it was compiled and how long compiling took (in the warm-up, untimed)."""
     engines = {id(kv): kv for d in decoders for kv in (d.target, d.draft) if kv is not None}.values()
-    static = [kv for kv in engines if isinstance(kv, StaticKVModel)]
-    return {"static_cache": any(isinstance(d.target, StaticKVModel) for d in decoders),
+    static = [kv for kv in engines if isinstance(kv, StaticEngine)]
+    return {"static_cache": any(isinstance(d.target, StaticEngine) for d in decoders),
             "compile": any(kv.compiled for kv in static),
             "compile_seconds": sum(kv.compile_seconds for kv in static)}

@@ -1,20 +1,13 @@
-"""AR: one token per forward. The exactness oracle of every greedy decoder, and the sampling baseline."""
+"""AR: one token per forward, nothing drafted. The exactness oracle of every decoder, greedy or sampling: the
+verifier's draw at the root is the next token."""
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Decoder, Output
-from specnoise.decoding.sampling import next_token
+from specnoise.decoding.base import Drafter
 
 
-class AR(Decoder):
+class AR(Drafter):
     name = "ar"
-    supports_sampling = True
 
-    def decode(self, prompt: list[int], out: Output) -> None:
-        logits = self.target.forward(prompt, last=1)[-1]  # prefill; its last row predicts the first new token
-        while True:
-            token = self.to_host(next_token(logits, self.cfg, self.generator))
-            out.emit([token])
-            if out.done:
-                return
-            logits = self.target.forward([token])[-1]
+    def propose(self, room: int):
+        return self.chain([])

@@ -1,11 +1,12 @@
-"""The decoder interface and the output contract shared by every decoder.
+"""Decoders: a drafter plus the shared verifier, and the output contract every decoder keeps.
 
-A decoder turns prompt token ids into new token ids. Each one is a small class over ``KVModel`` (or the
-static-cache engine with the same interface, ``model.static_cache``) whose ``decode`` reads like its
-pseudocode: prefill, then steps that each call ``out.emit(block)`` once per target forward. ``Output``
-enforces the canonical greedy contract so no decoder re-implements it: tokens up to and including the first
-EOS-set token, or ``max_new_tokens`` tokens, whichever comes first, even when either falls inside an
-accepted draft.
+A decoder turns prompt token ids into new token ids. Ours are all one loop (``Decoder.decode``): the drafter
+proposes a token tree, the verifier checks it in one target forward and commits the KV, the accepted tokens go to
+``out.emit``, the drafter observes what was accepted. A drafter is one small file (``Drafter``: ``begin``,
+``propose``, ``observe``); the verifier (verifier.py) owns greedy and sampling acceptance, the engine (kv.py,
+static_kv.py) owns the cache. ``Output`` enforces the canonical contract so no decoder re-implements it: tokens up
+to and including the first EOS-set token, or ``max_new_tokens`` tokens, whichever comes first, even when either
+falls inside an accepted draft. The Hugging Face ``generate()`` peers (hf.py) override ``decode`` instead.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import ClassVar
 
 import torch
 
-from specnoise.config import DecoderConfig, UserError
-from specnoise.decoding.kv import sync
-from specnoise.decoding.static_kv import kv_model
+from specnoise.decoding.engines import engine_for
+from specnoise.decoding.kv import sync, upload
+from specnoise.decoding.verifier import Proposal, Verdict, Verifier, chain_shape
+from specnoise.errors import UserError
 
 
 @dataclass
@@ -30,6 +32,8 @@ class DecodeOutput:
     accepted: list[int] = field(default_factory=list)  # tokens emitted by each target forward that emitted
     seconds: float = 0.0
     host_reads: int = 0  # device-to-host reads (``Decoder.to_host``), draft loop included
+    target_seconds: float = 0.0  # of ``seconds``, inside target forwards
+    draft_seconds: float = 0.0  # of ``seconds``, inside draft-model forwards
 
     @property
     def mean_accepted(self) -> float:
@@ -58,56 +62,113 @@ class Output:
         return kept
 
 
-def greedy_accept(drafts: list[int], y: list[int]) -> list[int]:
-    """Verify a chain greedily: ``y[j]`` is the target's argmax at the slot before ``drafts[j]``.
+class Drafter:
+    """Proposes what the verifier checks. ``begin`` starts a generation; ``propose(room)`` returns a ``Proposal`` whose
+    tree lets at most ``room`` drafts be emitted (deeper nodes could never be: the budget ends first); ``observe``
+    takes the verdict (``v.done``: the output is complete, nothing more will be proposed). ``seq`` is the accepted
+    context (prompt + emitted tokens). Engines are the decoder's (``target``, ``draft``), reads go through
+    ``read`` (counted: at most one per model forward)."""
 
-    Returns the accepted drafts plus the target's own next token (the bonus), the block a step emits."""
-    a = 0
-    while a < len(drafts) and drafts[a] == y[a]:
-        a += 1
-    return drafts[:a] + [y[a]]
+    name: ClassVar[str]
+    needs_draft: ClassVar[bool] = False
+
+    def __init__(self, cfg, decoder: Decoder):
+        self.cfg, self.decoder = cfg, decoder
+        self.seq: list[int] = []
+        self.meta: dict = {}  # what a run records about the drafter's choices (results.json meta)
+
+    @property
+    def target(self):
+        return self.decoder.target
+
+    @property
+    def draft(self):
+        return self.decoder.draft
+
+    def read(self, tensor: torch.Tensor):
+        return self.decoder.to_host(tensor)
+
+    def chain(self, drafts) -> Proposal:
+        """A chain of ``drafts`` (a list or a device tensor) after the root."""
+        n = drafts.numel() if isinstance(drafts, torch.Tensor) else len(drafts)
+        return Proposal(drafts, chain_shape(n, self.target.device))
+
+    def setup(self) -> None:
+        """Once, when the decoder is built and its engines bound (checks that need the models)."""
+
+    def begin(self, prompt: list[int], budget: int, seed: int) -> None:
+        """A generation of up to ``budget`` tokens after ``prompt``; ``seed``: the generation's (sampling drafters
+        seed their own draws with it and the prompt)."""
+        self.seq = list(prompt)
+
+    def propose(self, room: int) -> Proposal:
+        raise NotImplementedError
+
+    def observe(self, v: Verdict) -> None:
+        self.seq += v.tokens
+
+    def after_generation(self) -> None:
+        """A generation ended (tree=auto learns from it)."""
+
+    def reset_history(self) -> None:
+        """Forget state kept across prompts (Ouroboros' phrase pool); no-op for the others."""
 
 
 class Decoder:
-    """Base class: subclasses set ``name`` and implement ``decode(prompt, out)``."""
+    """A drafter over the verifier (or, for the generate() peers, a ``decode`` of its own), named by its config.
 
-    name: ClassVar[str]
-    supports_sampling: ClassVar[bool] = False  # greedy-only decoders refuse temperature > 0
-    needs_draft: ClassVar[bool] = False
+    target / draft: ``specnoise.models.LoadedModel`` (model + tokenizer + EOS set); their engines come from
+    ``engines.engine_for`` (one per model and role, shared by the job's decoders)."""
 
-    def __init__(self, cfg: DecoderConfig, target, draft=None):
-        """target / draft: ``specnoise.models.LoadedModel`` (model + tokenizer + EOS set)."""
+    drafter_class: ClassVar[type[Drafter] | None] = None
+    needs_draft: ClassVar[bool] = False  # the drafter's (or a peer's) need of a draft model
+
+    def __init__(self, cfg, target, draft=None):
         self.cfg, self.target_model, self.draft_model = cfg, target, draft
-        if cfg.temperature > 0 and not self.supports_sampling:
-            raise UserError(f"decoder={self.name} is greedy-only: set decoder.temperature=0 "
-                            "(sampling: ar, speculative, ouroboros)")
-        if self.needs_draft and draft is None:
+        self.name = cfg.name
+        if cfg.temperature > 0 and not cfg.samples:
+            raise UserError(f"decoder={self.name} is greedy-only: set decoder.temperature=0")
+        needs_draft = self.needs_draft
+        if needs_draft and draft is None:
             raise UserError(f"decoder={self.name} needs a draft model: set draft=NAME or pair=NAME")
         self.eos_ids = target.eos_ids
-        self.target = kv_model(target)  # the dynamic or the static-cache engine (model.static_cache)
-        self.draft = kv_model(draft) if draft is not None and self.needs_draft else None
-        self.generator = torch.Generator().manual_seed(cfg.seed)
         self.host_reads = 0
+        self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
+        self.bind(engine_for(target), engine_for(draft, "draft") if needs_draft else None)
+        if self.drafter is not None:
+            self.drafter.setup()
+
+    def bind(self, target, draft=None) -> None:
+        """Run on these engines (tests bind recording engines)."""
+        self.target, self.draft = target, draft
+        self.verifier = Verifier(target, self.to_host, self.cfg if self.cfg.temperature > 0 else None)
+
+    @property
+    def meta(self) -> dict:
+        return self.drafter.meta if self.drafter is not None else {}
 
     def to_host(self, tensor: torch.Tensor) -> list | int | float:
         """The one way a decoder reads device values: each call is a host-device sync on a GPU, so a step
-        gathers what it needs (argmaxes, top-k, sampled tokens) into one tensor and reads it once."""
+        gathers what it needs (accepted tokens, guesses, flags) into one tensor and reads it once."""
         self.host_reads += 1
         return tensor.tolist()
 
-    def decode(self, prompt: list[int], out: Output) -> None:
-        raise NotImplementedError
-
-    def verify_chain(self, pending: list[int], draft: list[int]) -> tuple[list[int], list[int]]:
-        """Greedy verification of a causal chain: one forward of the accepted tokens that have no KV yet
-        (``pending``) followed by ``draft``. Returns the block to emit (accepted drafts + the target's own token)
-        and the predictions ``y`` (``y[j]`` follows draft slot j-1). Only accepted slots stay cached: the bonus
-        token's KV is not computed yet, so it is the next step's ``pending``."""
-        start = self.target.length + len(pending)
-        y = self.to_host(self.target.forward(pending + draft, last=len(draft) + 1).argmax(-1))
-        block = greedy_accept(draft, y)
-        self.target.crop(start + len(block) - 1)
-        return block, y
+    def decode(self, prompt: list[int], out: Output, seed: int) -> None:
+        """Draft, verify, emit, observe, until the output is complete. The first step's forward is the prefill."""
+        drafter, verifier = self.drafter, self.verifier
+        verifier.begin(prompt, seed)
+        drafter.begin(prompt, out.budget, seed)
+        pending = upload(prompt, self.target.device)  # tokens without KV yet, the root last
+        while True:
+            proposal = drafter.propose(out.budget - len(out.tokens) - 1)
+            v = verifier.step(pending, proposal, base=len(out.tokens))
+            out.emit(v.tokens)
+            v.done = out.done
+            drafter.observe(v)
+            if out.done:
+                return
+            verifier.commit(v)
+            pending = v.bonus
 
     def reserve(self, n: int) -> None:
         """Generations of up to ``n`` tokens (prompt + new) follow: size static caches now, untimed."""
@@ -115,9 +176,12 @@ class Decoder:
             kv.reserve(n)
 
     def reset_history(self) -> None:
-        """Forget state kept across prompts (Ouroboros' phrase pool); no-op for the others."""
+        if self.drafter is not None:
+            self.drafter.reset_history()
 
-    def generate(self, prompt: list[int], max_new_tokens: int) -> DecodeOutput:
+    def generate(self, prompt: list[int], max_new_tokens: int, seed: int | None = None) -> DecodeOutput:
+        """Decode ``prompt``; ``seed`` (default ``decoder.seed``) with the prompt seeds every random draw, so the same
+        prompt and seed give the same output in any order, in AR and every decoder."""
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise UserError("empty prompt: a prompt needs at least one token")
@@ -135,9 +199,11 @@ class Decoder:
         start = time.perf_counter()
         if not out.done:
             with torch.inference_mode():  # no autograd bookkeeping; compiled forwards were traced on inference tensors
-                self.decode(prompt, out)
+                self.decode(prompt, out, self.cfg.seed if seed is None else seed)
         sync(self.target.device)
         seconds = time.perf_counter() - start
+        if self.drafter is not None:
+            self.drafter.after_generation()
         return DecodeOutput(
             tokens=out.tokens,
             target_forwards=self.target.forwards,
@@ -145,10 +211,12 @@ class Decoder:
             accepted=out.accepted,
             seconds=seconds,
             host_reads=self.host_reads,
+            target_seconds=self.target.seconds,
+            draft_seconds=self.draft.seconds if self.draft is not None else 0.0,
         )
 
 
-# decoder option -> module defining it (one decoder per file); imported on first use
+# decoder option -> module defining its drafter (or, for the generate() peers, its decoder); imported on first use
 DECODER_MODULES = {
     "ar": "specnoise.decoding.ar",
     "jacobi": "specnoise.decoding.jacobi",
@@ -162,15 +230,22 @@ DECODER_MODULES = {
     "hf_assisted": "specnoise.decoding.hf",
     "hf_static": "specnoise.decoding.hf",
 }
+_CLASSES: dict[str, type[Decoder]] = {}
 
 
 def decoder_class(name: str) -> type[Decoder]:
+    """The decoder class of option ``name``: a generate() peer's own class, or a ``Decoder`` over the drafter."""
     if name not in DECODER_MODULES:
         raise UserError(f"unknown decoder {name!r}: choose one of {', '.join(DECODER_MODULES)}")
-    module = importlib.import_module(DECODER_MODULES[name])
-    return next(c for c in vars(module).values()
-                if isinstance(c, type) and issubclass(c, Decoder) and getattr(c, "name", None) == name)
+    if name not in _CLASSES:
+        module = importlib.import_module(DECODER_MODULES[name])
+        found = next(c for c in vars(module).values()
+                     if isinstance(c, type) and issubclass(c, (Decoder, Drafter)) and getattr(c, "name", None) == name)
+        _CLASSES[name] = found if issubclass(found, Decoder) else type(
+            f"{found.__name__}Decoder", (Decoder,), {"drafter_class": found, "name": name,
+                                                      "needs_draft": found.needs_draft, "__doc__": found.__doc__})
+    return _CLASSES[name]
 
 
-def build_decoder(cfg: DecoderConfig, target, draft=None) -> Decoder:
+def build_decoder(cfg, target, draft=None) -> Decoder:
     return decoder_class(cfg.name)(cfg, target, draft)

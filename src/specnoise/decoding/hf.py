@@ -1,10 +1,11 @@
 """The peers users would pick instead: Hugging Face ``generate()`` greedy (with a dynamic or a static cache), with
 prompt lookup, and assisted.
 
-They run through the same runner and output contract as our decoders. ``generate()`` keeps its own cache,
-so the ``KVModel`` of the base class only keeps count: a forward hook (removed afterwards) counts target and
-draft calls, and a streamer receives each target forward's accepted tokens, which go to ``out.emit`` as
-one block each, exactly like our decoders' steps.
+They run through the same runner and output contract as our decoders, with a ``decode`` of their own instead of a
+drafter. ``generate()`` keeps its own cache, so the engines of the base class only keep count: a forward hook
+(removed afterwards) counts target and draft calls, and a streamer receives each target forward's accepted tokens,
+which go to ``out.emit`` as one block each, exactly like our decoders' steps. Their ``target_seconds`` is not
+measured (0).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import torch
 from transformers import GenerationConfig, StaticCache
 from transformers.generation.streamers import BaseStreamer
 
-from specnoise.config import UserError
 from specnoise.decoding.base import Decoder, Output
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import Engine
 from specnoise.decoding.static_kv import capacity_for
+from specnoise.errors import UserError
 from specnoise.numerics import numerics
 
 # generate() fills every field left None from the model's own generation_config, so the knobs that change
@@ -41,7 +42,7 @@ class _Blocks(BaseStreamer):
         pass
 
 
-def _count_forwards(kv: KVModel):
+def _count_forwards(kv: Engine):
     def hook(*_):
         kv.forwards += 1
 
@@ -60,7 +61,7 @@ class HFGreedy(Decoder):
         """generate() arguments naming other models (the assistant)."""
         return {}
 
-    def decode(self, prompt: list[int], out: Output) -> None:
+    def decode(self, prompt: list[int], out: Output, seed: int = 0) -> None:
         model = self.target_model.model
         eos = sorted(self.eos_ids) or None
         pad = model.generation_config.pad_token_id
@@ -96,7 +97,7 @@ class HFStatic(HFGreedy):
         self.cache, self.capacity = None, 0
 
     def models(self) -> dict:
-        return dict(past_key_values=self.cache)
+        return {self.target.cache_kw: self.cache}  # `cache` since transformers 5.24, `past_key_values` before
 
     def reserve(self, n: int) -> None:
         super().reserve(n)
@@ -104,9 +105,9 @@ class HFStatic(HFGreedy):
             self.capacity = capacity_for(n, self.target.max_length, block=0)
             self.cache = StaticCache(config=self.target.model.config, max_cache_len=self.capacity)
 
-    def decode(self, prompt: list[int], out: Output) -> None:
+    def decode(self, prompt: list[int], out: Output, seed: int = 0) -> None:
         self.cache.reset()
-        super().decode(prompt, out)
+        super().decode(prompt, out, seed)
 
 
 class HFPLD(HFGreedy):
@@ -133,7 +134,7 @@ class HFAssisted(HFGreedy):
                             "use decoder=speculative, which compares ids over the shared vocabulary")
         return dict(assistant_model=draft.model, tokenizer=target.tokenizer, assistant_tokenizer=draft.tokenizer)
 
-    def decode(self, prompt: list[int], out: Output) -> None:
+    def decode(self, prompt: list[int], out: Output, seed: int = 0) -> None:
         config = self.draft_model.model.generation_config
         wanted = dict(num_assistant_tokens=self.cfg.num_assistant_tokens,
                       num_assistant_tokens_schedule=self.cfg.schedule,
@@ -142,6 +143,6 @@ class HFAssisted(HFGreedy):
         # set on every call: the heuristic schedule writes its last draft length back into the config
         config.update(**wanted)
         try:
-            super().decode(prompt, out)
+            super().decode(prompt, out, seed)
         finally:
             config.update(**saved)

@@ -7,26 +7,31 @@ token two places after the last accepted one, so the refreshed chain converges o
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Decoder, Output
+import torch
+
+from specnoise.decoding.base import Drafter
 from specnoise.decoding.ngram import ahead_noise
+from specnoise.decoding.verifier import Proposal, read_argmax
 
 
-class Jacobi(Decoder):
+class Jacobi(Drafter):
     name = "jacobi"
 
-    def decode(self, prompt: list[int], out: Output) -> None:
-        L = self.cfg.draft_len
-        seq = list(prompt)  # accepted context: noise is drawn from it
-        pending = list(prompt)  # accepted tokens without KV yet; the first step is fused with prefill
-        draft = ahead_noise(seq, L, self.generator)
-        while True:
-            draft = draft[: out.budget - len(out.tokens) - 1]  # a step emits at most len(draft) + 1 tokens
-            block, y = self.verify_chain(pending, draft)
-            out.emit(block)
-            if out.done:
-                return
-            a = len(block) - 1  # accepted slots
-            seq += block
-            pending = block[-1:]
-            # Jacobi refresh: the prediction after rejected slot a + j becomes the new slot j
-            draft = y[a + 1:] + ahead_noise(seq, L - len(y[a + 1:]), self.generator)
+    def setup(self):
+        self.generator = torch.Generator().manual_seed(self.cfg.seed)
+
+    def begin(self, prompt, budget, seed):
+        super().begin(prompt, budget, seed)
+        self.guess = ahead_noise(self.seq, self.cfg.draft_len, self.generator)
+
+    def propose(self, room):
+        draft = self.guess[:room]  # a step emits at most len(draft) + 1 tokens
+        return Proposal(draft, self.chain(draft).shape, after=read_argmax)  # the predictions are the next guesses
+
+    def observe(self, v):
+        super().observe(v)
+        if v.done:
+            return
+        # Jacobi refresh: the prediction after rejected slot a + j becomes the new slot j
+        y = v.extra[v.accepted + 1:]
+        self.guess = y + ahead_noise(self.seq, self.cfg.draft_len - len(y), self.generator)

@@ -1,22 +1,28 @@
-"""The one model wrapper every decoder calls: a stock HF causal LM plus its KV cache.
+"""The engine interface every drafter and the verifier call: a stock HF causal LM plus its KV cache.
 
-Everything a draft-and-verify step needs is here, written once:
+Everything a draft-and-verify step needs is here, written once (``Engine``):
   * ``forward``: append a block of tokens after the cache, with explicit RoPE positions and, for trees,
     an additive 4D mask built from a boolean "who sees whom" matrix inside the block;
   * ``crop``: forget rejected slots;
   * ``compact``: move the KV of an accepted tree path next to the cache and forget the rest. A node at
-    depth d was encoded at position P+d, which is exactly its position once the path is compacted.
+    depth d was encoded at position P+d, which is exactly its position once the path is compacted;
+  * ``length``, ``reserve``, ``reset``, ``forwards`` (model calls), ``seconds`` (time inside them), and
+    ``graph(fn)``: a device-side step recorded as a CUDA graph where the engine replays graphs, else ``fn`` itself.
+Two siblings implement it: ``DynamicEngine`` here (a growing ``DynamicCache``) and ``StaticEngine``
+(``static_kv.py``: a fixed-size cache, padded buckets, compiled forwards); ``engines.engine_for`` builds them.
 ``self_test`` checks at start-up that the loaded model honours custom masks and positions.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import time
 
 import torch
 from transformers import DynamicCache
 
-from specnoise.config import UserError
+from specnoise.errors import UserError
 from specnoise.numerics import numerics
 
 
@@ -78,10 +84,46 @@ class Graphed:
         return self.outputs
 
 
-class KVModel:
-    """A causal LM and its cache. ``length`` slots of KV are cached; ``forwards`` counts model calls."""
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward's name for the KV cache: ``cache`` since transformers 5.24, ``past_key_values`` before (the old
+    name still works there, with a deprecation warning on every call)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    graphs = False  # True: the engine replays CUDA graphs, and decoders may record their own steps (``Graphed``)
+
+class Clock:
+    """Seconds spent inside model forwards. On CUDA from events, so no forward waits for the device; read ``seconds``
+    after the generation's final sync."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.reset()
+
+    def reset(self) -> None:
+        self.host, self.events = 0.0, []
+
+    @contextlib.contextmanager
+    def timing(self):
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self.events.append((start, end))
+        else:
+            t = time.perf_counter()
+            yield
+            self.host += time.perf_counter() - t
+
+    @property
+    def seconds(self) -> float:
+        return self.host + sum(start.elapsed_time(end) for start, end in self.events) / 1e3
+
+
+class Engine:
+    """What both engines share: the model's facts, the forward counter and clock, and KV moves. ``length`` slots of
+    KV are cached; subclasses own the cache (``forward``, ``crop``, ``reset``, ``length``)."""
+
+    graphs = False  # True: the engine replays CUDA graphs, and ``graph`` records device-side steps too
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
@@ -89,8 +131,9 @@ class KVModel:
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_length = _context_length(model.config)
-        self.cache = DynamicCache(config=model.config)
         self.forwards = 0
+        self.clock = Clock(self.device)
+        self.cache_kw = cache_keyword(model)
         self._can_keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
         window = getattr(model.config, "sliding_window", None)
         if window and getattr(model.config, "use_sliding_window", True) and window < self.max_length:
@@ -99,50 +142,18 @@ class KVModel:
                 "cannot be cropped or compacted; set the model's sliding_window to null or use a dense-cache model"
             )
 
-    def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        self.forwards = 0
+    @property
+    def seconds(self) -> float:
+        """Time inside this engine's forwards since the last ``reset``."""
+        return self.clock.seconds
 
     def reserve(self, n: int) -> None:
-        """A generation of up to ``n`` tokens follows (a dynamic cache grows as it goes)."""
+        """A generation of up to ``n`` tokens (prompt + new) follows: size a static cache now (no-op here)."""
 
-    @property
-    def length(self) -> int:
-        return self.cache.get_seq_length()
-
-    @torch.inference_mode()
-    def forward(self, tokens, positions=None, tree: torch.Tensor | None = None,
-                last: int | None = None) -> torch.Tensor:
-        """Feed ``tokens`` after the cached slots; return float32 logits, one row per token.
-
-        positions: absolute positions (default: consecutive after the cache).
-        tree: bool [q, q], ``tree[i, j]`` = token i may attend to new token j (default: causal).
-        last: return only the last ``last`` rows (a long prefill then never materialises prompt-length x vocab
-        logits, which for a 128k vocabulary costs more than the forward's attention).
-        Every new token always sees the whole cache.
-        """
-        ids = as_ids(tokens, self.device).view(1, -1)
-        P, q = self.length, ids.shape[1]
-        slots = torch.arange(P, P + q, device=self.device)
-        kwargs = {"past_key_values": self.cache, "use_cache": True, "cache_position": slots}
-        if positions is not None or tree is not None:
-            pos = slots if positions is None else as_ids(positions, self.device).view(-1)
-            keep = causal_block(q, self.device) if tree is None else tree.to(self.device)
-            mask = torch.zeros(1, 1, q, P + q, dtype=self.dtype, device=self.device)
-            mask[0, 0, :, P:].masked_fill_(~keep, torch.finfo(self.dtype).min)
-            kwargs.update(position_ids=pos.view(1, -1), attention_mask=mask)
-        if last is not None and self._can_keep_last:
-            kwargs["logits_to_keep"] = last
-        with numerics(self.model):  # the model's attention-backend / strict-numerics policy
-            logits = self.model(input_ids=ids, **kwargs).logits
-        self.forwards += 1
-        return logits[0, -last:].float() if last is not None else logits[0].float()
-
-    def crop(self, n: int) -> None:
-        """Keep the first ``n`` cached slots."""
-        extra = self.length - n
-        if extra > 0:
-            self.cache.crop(-extra)
+    def graph(self, fn):
+        """``fn`` (tensors in, tensors out, fixed shapes) as this engine runs device-side steps: a CUDA graph recorded
+        on the first call where the engine replays graphs, else ``fn`` itself."""
+        return Graphed(fn) if self.graphs else fn
 
     @torch.inference_mode()  # the cached tensors are inference tensors: in-place writes need the same mode
     def move(self, start: int, src: list[int] | torch.Tensor) -> None:
@@ -163,6 +174,60 @@ class KVModel:
         self.crop(n)
 
 
+class DynamicEngine(Engine):
+    """The engine over a growing ``DynamicCache``: any block size, no padding, eager forwards."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__(model)
+        self.cache = DynamicCache(config=model.config)
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.forwards = 0
+        self.clock.reset()
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    @torch.inference_mode()
+    def forward(self, tokens, positions=None, tree: torch.Tensor | None = None,
+                last: int | None = None) -> torch.Tensor:
+        """Feed ``tokens`` after the cached slots; return float32 logits, one row per token.
+
+        positions: absolute positions (default: consecutive after the cache).
+        tree: bool [q, q], ``tree[i, j]`` = token i may attend to new token j (default: causal).
+        last: return only the last ``last`` rows (a long prefill then never materialises prompt-length x vocab
+        logits, which for a 128k vocabulary costs more than the forward's attention).
+        Every new token always sees the whole cache.
+        """
+        ids = as_ids(tokens, self.device).view(1, -1)
+        P, q = self.length, ids.shape[1]
+        slots = torch.arange(P, P + q, device=self.device)
+        kwargs = {self.cache_kw: self.cache, "use_cache": True, "cache_position": slots}
+        if positions is not None or tree is not None:
+            pos = slots if positions is None else as_ids(positions, self.device).view(-1)
+            keep = causal_block(q, self.device) if tree is None else tree.to(self.device)
+            mask = torch.zeros(1, 1, q, P + q, dtype=self.dtype, device=self.device)
+            mask[0, 0, :, P:].masked_fill_(~keep, torch.finfo(self.dtype).min)
+            kwargs.update(position_ids=pos.view(1, -1), attention_mask=mask)
+        if last is not None and self._can_keep_last:
+            kwargs["logits_to_keep"] = last
+        with numerics(self.model), self.clock.timing():  # the model's attention-backend / strict-numerics policy
+            logits = self.model(input_ids=ids, **kwargs).logits
+        self.forwards += 1
+        return logits[0, -last:].float() if last is not None else logits[0].float()
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` cached slots."""
+        extra = self.length - n
+        if extra > 0:
+            self.cache.crop(-extra)
+
+
+KVModel = DynamicEngine  # the name the layers above (audit, ref_nll, forward_cost, training) use for a plain engine
+
+
 def _context_length(config) -> int:
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)
@@ -178,7 +243,7 @@ def self_test(model: torch.nn.Module, atol: float | None = None) -> float:
     Catches models or attention kernels that ignore custom 4D masks or ``position_ids`` before they can
     produce silently wrong tokens. Returns the largest difference seen.
     """
-    kv = KVModel(model)
+    kv = DynamicEngine(model)
     atol = atol if atol is not None else (1e-4 if kv.dtype == torch.float32 else 5e-2)
     gen = torch.Generator().manual_seed(0)
     vocab = min(kv.vocab_size, model.config.vocab_size)
@@ -196,7 +261,7 @@ def self_test(model: torch.nn.Module, atol: float | None = None) -> float:
     worst = 0.0
     for i in range(len(parents)):
         path = [j for j in range(i + 1) if tree[i, j]]
-        ref = KVModel(model).forward(prefix + [nodes[j] for j in path])[-1]
+        ref = DynamicEngine(model).forward(prefix + [nodes[j] for j in path])[-1]
         worst = max(worst, (ref - logits[i]).abs().max().item())
     if worst > atol:
         impl = getattr(model.config, "_attn_implementation", "?")

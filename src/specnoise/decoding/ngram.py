@@ -19,26 +19,34 @@ def ahead_noise(context: list[int], n: int, generator: torch.Generator) -> list[
     return [context[i] for i in idx]
 
 
+def suffix_continuation(seq: list[int], n: int, length: int, first_end: int, end_stop: int) -> list[int] | None:
+    """The one suffix lookup (PLD and TR-Jacobi's retrieval): the ``length`` tokens after the earliest earlier
+    occurrence of ``seq``'s last ``n`` tokens that ends at an index in [first_end, end_stop), or None.
+    ``first_end`` must be at least n - 1."""
+    suffix, last, end = seq[-n:], seq[-1], first_end
+    while end < end_stop:
+        try:
+            end = seq.index(last, end, end_stop)  # jump between candidate ends in C, not per token in Python
+        except ValueError:
+            return None
+        if seq[end - n + 1:end + 1] == suffix:
+            return seq[end + 1:end + 1 + length]
+        end += 1
+    return None
+
+
 def prompt_lookup(seq: list[int], max_ngram: int, num_pred: int) -> list[int]:
     """PLD: the continuation of the earliest earlier occurrence of the longest matching suffix n-gram.
 
-    For n = max_ngram .. 1, scan occurrences of the last n tokens left to right and return the
-    ``num_pred`` tokens that follow the first one whose whole continuation lies inside ``seq`` and that
-    ends before the suffix starts (Spec-Bench's PLD rule). [] when nothing qualifies.
+    For n = max_ngram .. 1, the ``num_pred`` tokens after the first occurrence of the last n tokens whose whole
+    continuation lies inside ``seq`` and that ends before the suffix starts (Spec-Bench's PLD rule). [] when
+    nothing qualifies.
     """
     L = len(seq)
     for n in range(min(max_ngram, L), 0, -1):
-        suffix, first = seq[L - n:], seq[L - n]
-        stop = min(L - 2 * n, L - n - num_pred + 1)  # starts s < stop qualify
-        s = 0
-        while s < stop:
-            try:
-                s = seq.index(first, s, stop)  # jump between candidate starts in C, not per token in Python
-            except ValueError:
-                break
-            if seq[s:s + n] == suffix:
-                return seq[s + n:s + n + num_pred]
-            s += 1
+        found = suffix_continuation(seq, n, num_pred, first_end=n - 1, end_stop=min(L - n - 1, L - num_pred))
+        if found is not None:
+            return found
     return []
 
 

@@ -6,22 +6,24 @@ One target step:
      tokens are drafted;
   2. lengthening: the K newest pool phrases keyed by the draft's last token hang after the draft;
   3. one target forward over [uncached context] + draft + phrases with the phrase tree mask;
-  4. acceptance along draft-then-phrases (greedy: longest match; sampling: sequential multi-candidate
-     rejection with one-hot drafts, so the target distribution is kept exactly), KV compaction, and harvest:
-     the target's predictions over discarded drafts become new phrases, tried phrases their verified versions.
+  4. acceptance along draft-then-phrases by the verifier (the drafts are deterministic guesses, so sampling is the
+     verifier's per-position draw and keeps the target distribution exactly), KV compaction, and harvest: the
+     target's predictions over discarded drafts become new phrases, tried phrases their verified versions.
 The phrase pool lives on the decoder and, with ``reuse_history``, across prompts. Correctness depends only on
 the target's verification: every draft-side choice changes speed, never tokens.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
-from specnoise.decoding.base import Decoder, Output
-from specnoise.decoding.lookahead import LookaheadWindow, Pick, branch_points, greedy_pick, layout, walk
+from specnoise.decoding.base import Drafter
+from specnoise.decoding.lookahead import Window
 from specnoise.decoding.ngram import NGramPool
-from specnoise.decoding.sampling import multi_candidate_accept, warp
 from specnoise.decoding.speculative import check_draft_context, draft_tokens, draft_vocab, rewind
+from specnoise.decoding.verifier import Proposal, Shape, Verifier, read_argmax, tree_shape
 
 
 def harvest_discarded(pool: NGramPool, rejected: list[int], preds: list[int], M: int) -> None:
@@ -47,102 +49,110 @@ def harvest_specbench(pool: NGramPool, chain: list[int], phrase_preds: list[list
             pool.insert(key, body + preds[:M - len(body)])
 
 
-class Ouroboros(Decoder):
+@lru_cache(maxsize=256)
+def phrase_shape(nd: int, k: int, m: int, faithful: bool, device=None) -> Shape:
+    """[root | nd drafts | k phrases of m tokens]: the drafts a chain, each phrase a chain hanging after the last
+    draft (seeing every draft). The tree's paths are draft-then-phrase, in pool order; faithful (OUR-R) feeds each
+    phrase's last token but never accepts it."""
+    q = 1 + nd + k * m
+    mask = torch.zeros(q, q, dtype=torch.bool)
+    mask[:nd + 1, :nd + 1] = torch.ones(nd + 1, nd + 1, dtype=torch.bool).tril_()
+    mask[nd + 1:, :nd + 1] = True  # phrases see the root and every draft
+    offsets = list(range(nd + 1))
+    rows, parents, paths = list(range(nd + 1)), list(range(nd)), []
+    for g in range(k):
+        first = nd + 1 + g * m
+        mask[first:first + m, first:first + m] = torch.ones(m, m, dtype=torch.bool).tril_()
+        offsets += [nd + 1 + j for j in range(m)]
+        path = list(range(nd + 1))
+        for j in range(m - 1 if faithful else m):
+            parents.append(path[-1])
+            rows.append(first + j)
+            path.append(len(rows) - 1)
+        paths.append(path)
+    return tree_shape(parents, paths or None, mask=mask, offsets=torch.tensor(offsets), rows=rows, masked=True,
+                      device=device)
+
+
+class Ouroboros(Drafter):
     name = "ouroboros"
     needs_draft = True
-    supports_sampling = True
 
-    def __init__(self, cfg, target, draft=None):
-        super().__init__(cfg, target, draft)
-        self.vocab = draft_vocab(target, draft, self.target, self.draft)
-        self.pool = NGramPool(cfg.W)  # G = W (OUR-R asserts it)
+    def setup(self):
+        self.vocab = draft_vocab(self.decoder.target_model, self.decoder.draft_model, self.target, self.draft)
+        self.pool = NGramPool(self.cfg.W)  # G = W (OUR-R asserts it)
 
-    def reset_history(self) -> None:
+    def reset_history(self):
         self.pool.clear()
 
-    def decide(self, logits: torch.Tensor, paths: list, nodes: list[list[int]]) -> tuple[Pick, list[int]]:
-        """The walk's decisions and the argmax of every row (the harvest's predictions), from one read. Sampling
-        draws the decision at every branch point the walk may reach at once (sequential multi-candidate rejection
-        per point, independent draws), then the walk only looks them up."""
-        y = logits.argmax(-1)
-        if self.cfg.temperature == 0:
-            y = self.to_host(y)
-            return greedy_pick(y), y
-        points = branch_points(paths, nodes, 0)
-        tokens, hits = multi_candidate_accept(warp(logits[list(points)], self.cfg), list(points.values()),
-                                              self.generator)
-        read = self.to_host(torch.cat([y, tokens, hits.long()]))
-        y, tokens, hits = read[:len(y)], read[len(y):len(y) + len(points)], read[len(y) + len(points):]
-        decided = {at: (token, bool(hit)) for at, token, hit in zip(points, tokens, hits)}
-        return (lambda at, candidates: decided[at]), y
-
-    def decode(self, prompt: list[int], out: Output) -> None:
-        cfg, M = self.cfg, self.cfg.phrase_len
-        check_draft_context(self.draft, prompt, out)
-        if not cfg.reuse_history:
+    def begin(self, prompt, budget, seed):
+        super().begin(prompt, budget, seed)
+        check_draft_context(self.draft, prompt, budget)
+        if not self.cfg.reuse_history:
             self.pool.clear()
-        noise = torch.Generator().manual_seed(cfg.seed)  # per prompt: speed independent of prompt order
-        window = LookaheadWindow(M + 1, cfg.W, self.pool, prompt, noise, self.to_host, cfg.faithful)
-        seq = list(prompt)
-        while True:
-            # 1. draft; drafts past the budget could never be emitted
-            room = out.budget - len(out.tokens) - 1
-            d, fed = self.make_draft(window, seq, min(cfg.gamma, room))
-            # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
-            # (which also keeps their positions inside the context)
-            key, m = d[-1] if d else seq[-1], min(M, room - len(d))
-            phrases = [g[:m] for g in self.pool.newest(key, cfg.K)] if cfg.lengthening and m > 0 else []
-            # 3. one target forward; the first step's is the target's prefill
-            P, trunk = self.target.length, seq[self.target.length:] + d
-            lay = layout(len(trunk), (), len(phrases), m, self.target.device)
-            # logits from seq[-1] (row 0, predicting d[0]) on: d[j] is row 1+j, the phrases hang after d[-1]
-            logits = self.target.forward(trunk + [t for g in phrases for t in g], lay.offsets + P, lay.tree,
-                                         last=len(d) + 1 + len(phrases) * m)
-            # 4. accept along draft-then-phrase paths (phrases share the draft as their prefix)
-            d_nodes, phrase_nodes = list(range(1, len(d) + 1)), [[len(d) + i for i in g] for g in lay.ngrams]
-            paths = [d + list(g[:M - 1] if cfg.faithful else g) for g in phrases] or [d]
-            nodes = [d_nodes + g for g in phrase_nodes] or [d_nodes]
-            pick, y = self.decide(logits, paths, nodes)
-            block, kept = walk(paths, nodes, 0, pick)
-            start = len(seq)
-            seq += out.emit(block)
-            if out.done:
-                return
-            self.target.compact(start, [start - 1 + i for i in kept])
-            rewind(self.draft, fed, seq)
-            if m == M:  # phrases cut short near the budget are no pool material
-                self.harvest(key, d, phrases, y, d_nodes, phrase_nodes, len(block) - 1)
+        noise = torch.Generator().manual_seed(self.cfg.seed)  # per prompt: speed independent of prompt order
+        self.window = Window(self.cfg.phrase_len + 1, self.cfg.W, self.pool, prompt, noise, self.cfg.faithful)
+        # the draft's lookahead steps: greedy, in the target's vocabulary, each one read
+        self.drafting = Verifier(self.draft, self.read, vocab=self.vocab)
 
-    def make_draft(self, window: LookaheadWindow, seq: list[int], want: int) -> tuple[list[int], list[int]]:
+    def propose(self, room):
+        cfg, M = self.cfg, self.cfg.phrase_len
+        # 1. draft; drafts past the budget could never be emitted
+        self.d, self.fed = self.make_draft(min(cfg.gamma, room))
+        # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
+        # (which also keeps their positions inside the context)
+        self.key, self.m = self.d[-1] if self.d else self.seq[-1], min(M, room - len(self.d))
+        self.phrases = [g[:self.m] for g in self.pool.newest(self.key, cfg.K)] if cfg.lengthening and self.m > 0 else []
+        # 3. one target forward over drafts and phrases (the first step's is the target's prefill)
+        shape = phrase_shape(len(self.d), len(self.phrases), self.m, cfg.faithful, self.target.device)
+        return Proposal(self.d + [t for g in self.phrases for t in g], shape, after=read_argmax)
+
+    def observe(self, v):
+        super().observe(v)
+        if v.done:
+            return
+        rewind(self.draft, self.fed, self.seq)
+        if self.m == self.cfg.phrase_len:  # phrases cut short near the budget are no pool material
+            self.harvest(v.extra, v.accepted)
+
+    def make_draft(self, want: int) -> tuple[list[int], list[int]]:
         """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), and all the tokens the draft model has seen."""
+        seq = self.seq
         if want <= 0:
             return [], list(seq)
         if not self.cfg.phrase_drafting:  # ablation: plain token-by-token drafting
-            d = self.to_host(draft_tokens(self.draft, seq, want, self.vocab)[0])
+            d = self.read(draft_tokens(self.draft, seq, want, self.vocab)[0])
             return d, seq + d
         d: list[int] = []
-        while len(d) < want and not self.eos_ids.intersection(d):
-            d += window.step(self.draft, seq + d, self.vocab)
+        while len(d) < want and not self.decoder.eos_ids.intersection(d):
+            d += self.draft_step(seq + d)
         fed = seq + d
         for i, t in enumerate(d):
-            if t in self.eos_ids:
+            if t in self.decoder.eos_ids:
                 d = d[:i + 1]
                 break
         return d[:want], fed
 
-    def harvest(self, key: int, d: list[int], phrases: list, y: list[int], d_nodes: list[int],
-                phrase_nodes: list[list[int]], accepted: int) -> None:
+    def draft_step(self, tokens: list[int]) -> list[int]:
+        """One lookahead step of the draft model after ``tokens`` (the uncached ones fed): its accepted tokens."""
+        v = self.drafting.step(tokens[self.draft.length:], self.window.propose(tokens[-1], self.draft.device), base=0)
+        self.drafting.commit(v)
+        self.window.advance(tokens[-1], v.extra)
+        return v.tokens
+
+    def harvest(self, y: list[int], accepted: int) -> None:
         """Feed the pool from verification (greedy predictions, also under sampling: the pool only guesses).
 
-        y: argmax per logits row (row 0 predicts d[0]); d_nodes / phrase_nodes: their rows; accepted: tokens kept."""
-        M, how = self.cfg.phrase_len, self.cfg.harvest
-        phrase_preds = [[y[i] for i in nodes] for nodes in phrase_nodes]
+        y: argmax per block row (row 0, the root, predicts d[0]); accepted: draft and phrase tokens kept."""
+        d, M, how = self.d, self.cfg.phrase_len, self.cfg.harvest
+        d_rows = range(1, len(d) + 1)
+        phrase_preds = [y[len(d) + 1 + g * M:len(d) + 1 + (g + 1) * M] for g in range(len(self.phrases))]
         if accepted < len(d):  # draft rejected: its tail still shows what the target continues with
             if how == "paper":
-                harvest_discarded(self.pool, d[accepted:], [y[i] for i in d_nodes[accepted:]], M)
+                harvest_discarded(self.pool, d[accepted:], [y[i] for i in d_rows[accepted:]], M)
             elif how == "specbench":
                 harvest_specbench(self.pool, y[accepted:len(d) + 1], phrase_preds, M)
         elif how == "paper":  # draft accepted: each tried phrase becomes what the target made of it
             u0 = y[len(d)]
-            for g, preds in zip(phrases, phrase_preds):
-                self.pool.replace(key, g, [u0] + preds[:M - 1])
+            for g, preds in zip(self.phrases, phrase_preds):
+                self.pool.replace(self.key, g, [u0] + preds[:M - 1])

@@ -1,10 +1,11 @@
 """Speculative decoding with a draft model (ALGORITHMS.md §8): the draft proposes gamma tokens one by one, the target
 verifies [root] + drafts in one forward.
 
-Greedy keeps the matching prefix plus the target's token; sampling keeps each draft with probability
-min(1, p/q) and replaces the first rejected one by a sample of norm(max(0, p - q)), which leaves the output
-distributed exactly as the target's. Both caches are cut back to the accepted tokens after every step, so the
-draft is only ever fed tokens it has not seen. The helpers above the class are shared with Ouroboros.
+Greedy: the draft's argmaxes, verified by the target's. Sampling: the drafts are sampled from the draft model's
+(warped) distributions q, and the verifier keeps each with probability min(1, p/q), replacing the first rejected one
+by a sample of norm(max(0, p - q)): the output is distributed exactly as the target's. The draft's cache is cut back
+to the accepted tokens after every step, so it is only ever fed tokens it has not seen. The helpers above the class
+are shared with Ouroboros.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from functools import partial
 
 import torch
 
-from specnoise.config import UserError
-from specnoise.decoding.base import Decoder, Output, greedy_accept
-from specnoise.decoding.kv import KVModel, upload
-from specnoise.decoding.sampling import fit_vocab, sample, speculative_sample, warp
+from specnoise.decoding.base import Drafter
+from specnoise.decoding.kv import Engine
+from specnoise.decoding.sampling import fit_vocab, sample, warp
+from specnoise.decoding.verifier import Proposal, prompt_generator
+from specnoise.errors import UserError
 from specnoise.models import check_same_tokenizer
 
 
-def draft_vocab(target, draft, target_kv: KVModel, draft_kv: KVModel) -> int:
+def draft_vocab(target, draft, target_kv: Engine, draft_kv: Engine) -> int:
     """Rows of the target's output layer, after checking that the draft can name every real target token.
 
     Vocabularies may differ by padding rows only; a draft with fewer rows than the target has real tokens
@@ -39,15 +41,15 @@ def draft_vocab(target, draft, target_kv: KVModel, draft_kv: KVModel) -> int:
     return target_kv.vocab_size
 
 
-def check_draft_context(draft: KVModel, prompt: list[int], out: Output) -> None:
-    if len(prompt) + out.budget > draft.max_length:
+def check_draft_context(draft: Engine, prompt: list[int], budget: int) -> None:
+    if len(prompt) + budget > draft.max_length:
         raise UserError(
-            f"prompt of {len(prompt)} tokens + max_new_tokens={out.budget} exceeds the draft model's context of "
+            f"prompt of {len(prompt)} tokens + max_new_tokens={budget} exceeds the draft model's context of "
             f"{draft.max_length}: shorten the prompt or lower max_new_tokens"
         )
 
 
-def draft_tokens(draft: KVModel, seq: list[int], n: int, vocab: int,
+def draft_tokens(draft: Engine, seq: list[int], n: int, vocab: int,
                  probs: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``n`` tokens from the draft after ``seq``, feeding it only what its cache lacks; the last one is not fed.
@@ -73,7 +75,7 @@ def draft_tokens(draft: KVModel, seq: list[int], n: int, vocab: int,
     return tokens, q
 
 
-def rewind(model: KVModel, fed: list[int], seq: list[int]) -> None:
+def rewind(model: Engine, fed: list[int], seq: list[int]) -> None:
     """Cut a cache holding the KV of ``fed[:model.length]`` back to its longest prefix that agrees with ``seq``,
     leaving at least the last token of ``seq`` (the next root) uncached."""
     n, limit = 0, min(model.length, len(seq) - 1)
@@ -82,43 +84,32 @@ def rewind(model: KVModel, fed: list[int], seq: list[int]) -> None:
     model.crop(n)
 
 
-class Speculative(Decoder):
+class Speculative(Drafter):
     name = "speculative"
     needs_draft = True
-    supports_sampling = True
 
-    def __init__(self, cfg, target, draft=None):
-        super().__init__(cfg, target, draft)
-        self.vocab = draft_vocab(target, draft, self.target, self.draft)
+    def setup(self):
+        self.vocab = draft_vocab(self.decoder.target_model, self.decoder.draft_model, self.target, self.draft)
+        self.q_of = partial(warp, cfg=self.cfg) if self.cfg.temperature > 0 else None
 
-    def decode(self, prompt: list[int], out: Output) -> None:
-        check_draft_context(self.draft, prompt, out)
-        q_of = partial(warp, cfg=self.cfg) if self.cfg.temperature > 0 else None
-        seq, gamma, device = list(prompt), self.cfg.gamma, self.target.device
-        while True:
-            n = min(gamma, out.budget - len(out.tokens) - 1)  # drafts past the budget could never be emitted
-            drafts, q = draft_tokens(self.draft, seq, n, self.vocab, q_of, self.generator)
-            # the first step's forward is the target's prefill
-            drafts = drafts.to(device)
-            logits = self.target.forward(torch.cat([upload(seq[self.target.length:], device), drafts]), last=n + 1)
-            block, drafts = self.verify(logits, drafts, q)
-            fed = seq + drafts
-            seq += out.emit(block)
-            if out.done:
-                return
-            self.target.crop(len(seq) - 1)
-            rewind(self.draft, fed, seq)
-            if self.cfg.schedule == "heuristic":  # HF assisted generation's schedule
-                gamma = gamma + 2 if len(block) > n else max(1, gamma - 1)
+    def begin(self, prompt, budget, seed):
+        super().begin(prompt, budget, seed)
+        check_draft_context(self.draft, prompt, budget)
+        self.generator = prompt_generator(seed + 1, prompt)  # the draft's own draws, per prompt
+        self.gamma = self.cfg.gamma
 
-    def verify(self, logits: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None) -> tuple[list[int], list[int]]:
-        """Accepted drafts plus the target's token (matching prefix, or min(1, p/q) acceptance), and the drafts:
-        both from one read."""
-        n = drafts.numel()
-        if self.cfg.temperature == 0:
-            read = self.to_host(torch.cat([drafts, logits.argmax(-1)]))
-            drafts, y = read[:n], read[n:]
-            return greedy_accept(drafts, y), drafts
-        accepted, token = speculative_sample(warp(logits, self.cfg), q.to(logits.device), drafts, self.generator)
-        *drafts, a, token = self.to_host(torch.cat([drafts, accepted.view(1), token.view(1)]))
-        return drafts[:a] + [token], drafts
+    def propose(self, room):
+        self.n = min(self.gamma, room)  # drafts past the budget could never be emitted
+        drafts, q = draft_tokens(self.draft, self.seq, self.n, self.vocab, self.q_of, self.generator)
+        drafts = drafts.to(self.target.device)
+        return Proposal(drafts, self.chain(drafts).shape, q=None if q is None else q.to(self.target.device))
+
+    def observe(self, v):
+        before = len(self.seq)
+        super().observe(v)
+        if v.done:
+            return
+        # the draft's cache holds seq + drafts[:n - 1]; it agrees with the new seq up to the accepted drafts
+        self.draft.crop(min(self.draft.length, before + v.accepted, len(self.seq) - 1))
+        if self.cfg.schedule == "heuristic":  # HF assisted generation's schedule
+            self.gamma = self.gamma + 2 if v.accepted == self.n else max(1, self.gamma - 1)

@@ -1,4 +1,4 @@
-"""The static-cache engine: ``KVModel``'s interface over a Hugging Face ``StaticCache``, so forwards have fixed
+"""The static-cache engine: the ``Engine`` interface (kv.py) over a Hugging Face ``StaticCache``, so forwards have fixed
 shapes and can be compiled (``torch.compile``) and, on CUDA, recorded as one CUDA graph per bucket.
 
 Eager decoding on a GPU waits on Python: one forward costs the same for 1 or 69 new tokens (GPU.md). This engine
@@ -9,14 +9,14 @@ removes the shape changes that stop compilation:
     and are never cached as valid: after the forward the write offset is set back to the true length;
   * the additive mask spans the whole static length: 0 below the length, the block's own tree mask at
     ``[length, length + block)``, the minimum everywhere else, so stale slots at or past the length are invisible;
-  * crop = moving the write offset back; compaction = in-place index copies (``KVModel.compact``).
+  * crop = moving the write offset back; compaction = in-place index copies (``Engine.compact``).
 Longer blocks (a long prompt's prefill) run eagerly, unpadded, on the same cache.
 
 In transformers 5.23 each ``StaticLayer`` keeps its own write offset (``cumulative_length``, a tensor with a static
 address) and ignores ``cache_position``; the offsets always equal ``length`` between calls, so moving them is one
 fused ``_foreach_add_``. The host keeps ``length`` as a Python int: no forward or crop reads the device.
 
-GPU check (compiled vs eager tokens and timings, one command): ``python -m specnoise.decoding.static_kv --check``.
+GPU check (compiled vs eager tokens and timings, one command): ``python -m specnoise.bench.engine_check``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 import torch
 from transformers import StaticCache
 
-from specnoise.decoding.kv import Graphed, KVModel, as_ids, causal_block
+from specnoise.decoding.kv import Engine, Graphed, as_ids, causal_block
 from specnoise.numerics import numerics
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 72, 128)  # padded block sizes: one compiled graph each
@@ -48,13 +48,13 @@ def capacity_for(need: int, context: int, block: int = BUCKETS[-1]) -> int:
     return max(need, min(max(MIN_CAPACITY, 1 << (need - 1).bit_length()), context + block))
 
 
-class StaticKVModel(KVModel):
-    """``KVModel`` over a static cache. ``compile``: ``torch.compile`` the padded forward and, on CUDA, record it as a
+class StaticEngine(Engine):
+    """The engine over a static cache. ``compile``: ``torch.compile`` the padded forward and, on CUDA, record it as a
     CUDA graph, for every bucket, when the cache is allocated (``reserve``, before a generation's clock starts); that
     time is ``compile_seconds``."""
 
     def __init__(self, model: torch.nn.Module, compile: bool = False, buckets: tuple[int, ...] | None = None):
-        super().__init__(model)  # checks the model; its DynamicCache is replaced below
+        super().__init__(model)  # checks the model
         self.cache: StaticCache | None = None  # allocated by reserve() or the first forward
         self.buckets, self.compiled = tuple(sorted(buckets or BUCKETS)), compile
         self.capacity, self._length = 0, 0
@@ -81,6 +81,7 @@ class StaticKVModel(KVModel):
     def reset(self) -> None:
         self.crop(0)
         self.forwards = 0
+        self.clock.reset()
 
     @torch.inference_mode()  # the offsets are inference tensors
     def crop(self, n: int) -> None:
@@ -111,7 +112,7 @@ class StaticKVModel(KVModel):
             keep = padded
         mask = self._mask(P, keep)
         rows = slice(q - last if last is not None else 0, q)
-        with numerics(self.model):  # the model's attention-backend / strict-numerics policy, as KVModel.forward
+        with numerics(self.model), self.clock.timing():  # the attention-backend / strict-numerics policy
             if size in self._graphs:
                 # a copy: the next replay overwrites the graph's output
                 logits = self._graphs[size](ids, pos, mask)[0, rows].to(torch.float32, copy=True)
@@ -127,8 +128,9 @@ class StaticKVModel(KVModel):
         return logits
 
     def _logits(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, **kwargs) -> torch.Tensor:
+        kwargs[self.cache_kw] = self.cache
         return self.model(input_ids=ids.view(1, -1), position_ids=pos.view(1, -1), attention_mask=mask,
-                          past_key_values=self.cache, use_cache=True, **kwargs).logits
+                          use_cache=True, **kwargs).logits
 
     def _mask(self, P: int, keep: torch.Tensor) -> torch.Tensor:
         """[1, 1, block, capacity] additive mask: every cached slot below P, the block by ``keep``, nothing else."""
@@ -186,96 +188,3 @@ class StaticKVModel(KVModel):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.compile_seconds += time.perf_counter() - start
-
-
-def kv_model(loaded) -> KVModel:
-    """The engine for a ``LoadedModel``: a fresh dynamic ``KVModel``, or its one shared ``StaticKVModel`` (every
-    decoder of a job runs one generation at a time, so they share its cache and compiled graphs)."""
-    if not loaded.static_cache:
-        return KVModel(loaded.model)
-    if "static" not in loaded.engines:
-        buckets = loaded.buckets or BUCKETS
-        loaded.engines["static"] = StaticKVModel(loaded.model, compile=loaded.compile, buckets=buckets)
-    return loaded.engines["static"]
-
-
-# ------------------------------------------------------------------------------------------ GPU check
-CHECK_DECODERS = ("ar", "jacobi", "tr_jacobi", "pld", "lookahead", "speculative", "ouroboros", "hf_static")
-
-
-def check(model: str | None = None, draft: str | None = None, dtype: str = "float32", prompts: int = 4,
-          new_tokens: int = 128, decoders=CHECK_DECODERS, device: str = "auto", buckets=None) -> dict:
-    """Every decoder on three engines (dynamic, static eager, static compiled) against dynamic AR's tokens on the
-    shipped tiny models and HumanEval prompts; prints ms/token, tokens identical to AR and compile seconds.
-    Returns {engine: {decoder: {...}}}; ``ok`` is False when a decoder's tokens differ from AR's (fp32) or
-    compiled tokens differ from eager static ones (any dtype)."""
-    import dataclasses
-    import gzip
-    import json
-
-    from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, ModelConfig
-    from specnoise.decoding.base import build_decoder
-    from specnoise.models import load_model
-
-    sizes = list(buckets or BUCKETS)
-    loaded = {role: load_model(ModelConfig(name=role, path=path, dtype=dtype, device=device, static_cache=False,
-                                           static_buckets=sizes))
-              for role, path in (("model", model or str(ASSETS_DIR / "models/small-code-msn")),
-                                 ("draft", draft or str(ASSETS_DIR / "models/small-code-draft")))}
-    with gzip.open(ASSETS_DIR / "data/humaneval/HumanEval.jsonl.gz", "rt") as f:
-        texts = [json.loads(line)["prompt"] for line, _ in zip(f, range(prompts))]
-    ids = [loaded["model"].tokenizer(t, add_special_tokens=False).input_ids for t in texts]
-    engines = {"dynamic": dict(static_cache=False), "static": dict(static_cache=True),
-               "compiled": dict(static_cache=True, compile=True)}
-    report, tokens = {"ok": True}, {}
-    for engine, flags in engines.items():
-        target, drafter = (dataclasses.replace(m, engines={}, **flags) for m in loaded.values())
-        report[engine] = {}
-        for name in decoders:
-            if name.startswith("hf_") and engine != "dynamic":
-                continue  # generate() keeps its own cache, whatever the engine
-            decoder = build_decoder(DECODER_SCHEMAS[name](), target, drafter)
-            start = time.perf_counter()
-            decoder.generate(ids[0], new_tokens)  # warm-up: allocation and compilation
-            warmup = time.perf_counter() - start
-            outs = [decoder.generate(p, new_tokens) for p in ids]
-            tokens[engine, name] = [o.tokens for o in outs]
-            n, seconds = sum(len(o.tokens) for o in outs), sum(o.seconds for o in outs)
-            same_ar = sum(a == b for a, b in zip(tokens[engine, name], tokens["dynamic", "ar"])) / len(ids)
-            same_eager = (sum(a == b for a, b in zip(tokens[engine, name], tokens["static", name])) / len(ids)
-                          if engine == "compiled" else None)
-            report[engine][name] = dict(ms_per_token=1e3 * seconds / max(n, 1), tokens=n, identical_to_ar=same_ar,
-                                        identical_to_static_eager=same_eager, warmup_seconds=warmup,
-                                        compile_seconds=sum(getattr(kv, "compile_seconds", 0.0) for kv in
-                                                            filter(None, (decoder.target, decoder.draft))))
-            report["ok"] &= (same_ar == 1.0 or dtype != "float32") and same_eager in (None, 1.0)
-            print(f"{engine:9s} {name:12s} {report[engine][name]}", flush=True)
-    return report
-
-
-if __name__ == "__main__":
-    import argparse
-    import json
-    import sys
-
-    parser = argparse.ArgumentParser(description="Static-cache engine check: compiled vs eager tokens and timings.")
-    parser.add_argument("--check", action="store_true", help="run the check (on CUDA when available)")
-    parser.add_argument("--model", help="target model path (default: the shipped small-code-msn)")
-    parser.add_argument("--draft", help="draft model path (default: the shipped small-code-draft)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--decoders", default=",".join(CHECK_DECODERS))
-    parser.add_argument("--buckets", help="padded block sizes, e.g. 1,8,128 (fewer: faster compilation)")
-    parser.add_argument("--out", help="write the report as JSON here")
-    args = parser.parse_args()
-    if not args.check:
-        parser.error("nothing to do: pass --check")
-    result = check(args.model, args.draft, args.dtype, args.prompts, args.new_tokens, args.decoders.split(","),
-                   args.device, args.buckets and [int(b) for b in args.buckets.split(",")])
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
-    print("OK" if result["ok"] else "MISMATCH")
-    sys.exit(0 if result["ok"] else 1)

@@ -4,9 +4,10 @@ Candidates live in a matrix ``C`` (one row per depth): columns 0..topk-1 hold th
 previous step made at the first rejected slots of its best path (Jacobi refresh, now with alternatives),
 the last column the continuation of an earlier occurrence of the newest n-gram. Empty cells get ahead
 noise. The tree template (trees.py) picks which cells are verified; the path with the most accepted
-tokens wins, the first one on ties, and its KV is compacted next to the cache. A step stays on the device from
-its candidates to one host read (``Tables.verify``; on a CUDA-graph engine recorded as one graph): the host keeps
-only the accepted text, for retrieval and noise.
+tokens wins, the first one on ties (the verifier's rule), and its KV is compacted next to the cache. A step stays on
+the device from its candidates to one host read: the next candidate matrix is computed by the verifier's ``after``
+hook (``Tables.after``), recorded with the verification as one CUDA graph on a graph engine; the host keeps only
+the accepted text, for retrieval and noise.
 
 Unlike MSN's reference code, paths are compared only within their true length (its padding lets the root
 match itself: wrong tokens), and the output is cut at the first EOS and at the budget (``Output``).
@@ -22,10 +23,12 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from specnoise.decoding.base import Decoder, Output
-from specnoise.decoding.kv import Graphed, upload
-from specnoise.decoding.ngram import ahead_noise
-from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, Tree, best_size, build_tree, sub_tree, with_prefix
+from specnoise.decoding.base import Drafter
+from specnoise.decoding.cost import interpolate, measure_forward_costs
+from specnoise.decoding.kv import upload
+from specnoise.decoding.ngram import ahead_noise, suffix_continuation
+from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, Tree, best_size, build_tree, sub_tree
+from specnoise.decoding.verifier import Proposal, tree_shape
 
 log = logging.getLogger("specnoise")
 
@@ -36,25 +39,13 @@ def retrieve(seq: list[int], n: int, length: int, faithful: bool = False) -> lis
     Windows end at least n tokens before the end; score = common suffix length. Score 0 returns nothing
     (MSN's code returns the tokens after window 0; ``faithful`` keeps that).
     """
-    stop = len(seq) - n  # windows seq[s:s+n] for s <= len(seq) - 2n, so their last token lies before `stop`
-    if stop < n:
+    if len(seq) < 2 * n:
         return []
-    query, best, start = seq[-n:], 0, 0
-    end = n - 1
-    while best < n:
-        try:
-            end = seq.index(query[-1], end, stop)  # every window scoring > 0 ends on the query's last token
-        except ValueError:
-            break
-        score = 1
-        while score < n and seq[end - score] == query[-1 - score]:
-            score += 1
-        if score > best:
-            best, start = score, end - n + 1
-        end += 1
-    if best == 0 and not faithful:
-        return []
-    return seq[start + n:start + n + length]
+    for score in range(n, 0, -1):  # every window scoring `score` ends on a match of the query's last `score` tokens
+        found = suffix_continuation(seq, score, length, first_end=n - 1, end_stop=len(seq) - n)
+        if found is not None:
+            return found
+    return seq[n:n + length] if faithful else []
 
 
 def cut(tree: Tree, depth: int) -> Tree:
@@ -72,16 +63,14 @@ def cut(tree: Tree, depth: int) -> Tree:
 
 
 class Tables:
-    """A tree's lookup tables on the device: with them a step stays there from the forward to its one host read.
+    """A tree's shape for the verifier, and the tables of its ``after`` hook: the next candidate matrix from the
+    target's top-k after each rejected node of the accepted path, computed on the device.
 
-    rank: among the accepted inputs the step keeps the deepest, and on a tie the one on the earliest path (paths in
-    template order, the retrieval chain first), in one argmax; path: the first path through each input, padded so
-    that the rows after any accepted depth can be gathered without bounds checks (-1 = none; ``faithful``: the root
-    up to full depth, as MSN's code pads)."""
+    path: the first path through each input, padded so that the rows after any accepted depth can be gathered
+    without bounds checks (-1 = none; ``faithful``: the root up to full depth, as MSN's code pads)."""
 
-    def __init__(self, tree: Tree, faithful: bool, k: int, graphed: bool):
+    def __init__(self, tree: Tree, faithful: bool, k: int, stats: bool):
         first = [next(p for p, path in enumerate(tree.paths) if i in path) for i in range(len(tree.parent))]
-        depth = [0] + [len(node) for node in tree.nodes]
         rows = tree.rows
         padded = []
         for i in range(len(first)):
@@ -89,39 +78,28 @@ class Tables:
             filler = [0] * (rows + 1 - len(path)) if faithful else []
             padded.append((path + filler + [-1] * (2 * rows + 1))[:2 * rows + 1])
         table = lambda values: torch.tensor(values, dtype=torch.long, device=tree.mask.device)  # noqa: E731
-        self.tree = tree
-        self.span = max(depth) + 1  # KV slots a step may keep: the root and the deepest accepted node
-        self.cell, self.parent, self.path = table(tree.cell), table(tree.parent[1:]), table(padded)
+        self.tree, self.k, self.stats = tree, k, stats  # k: candidates per row, decoder.topk within the vocabulary
+        self.shape = tree_shape(tree.parent[1:], tree.paths, mask=tree.mask, offsets=tree.depth,
+                                rows=list(range(len(tree.parent))), device=tree.mask.device)
+        self.cell, self.path = table(tree.cell), table(padded)
         self.rows = table(list(range(1, rows + 1)))  # + a: where the rows after an accepted depth a sit on a path
-        self.rank = table([d * len(tree.paths) - first[i] for i, d in enumerate(depth)])
-        self.sees = tree.mask[:, 1:]  # [N + 1, N]: node j is input i's ancestor or itself
-        self.k = k  # candidates per row: decoder.topk, at most the vocabulary
-        self.verify = Graphed(self._verify) if graphed else self._verify
 
-    def _verify(self, logits: torch.Tensor, nodes: torch.Tensor):
-        """Greedy verification of the tree: ``logits`` [N + 1, V] of the root and the nodes, ``nodes`` [N] their tokens.
-        Returns what the host reads (the accepted depth a, the block of a + 1 tokens padded to ``span``, the best
-        path, each node's right flag), the next candidate matrix, the block and the path, all on the device."""
+    def after(self, step):
+        """Reads each node's right flag (tree=auto's statistics) and keeps the next candidate matrix: the top-k after
+        each rejected node of the best path, one row per depth."""
         tree = self.tree
-        y = logits.argmax(-1)  # y[i]: the prediction after input i (root = 0, node i = i)
-        right = nodes == y[self.parent]  # each node's token is what the target predicts after its parent
-        ok = ~(self.sees & ~right).any(-1)  # ... and so is every ancestor's: the path root -> input i is accepted
-        # the deepest accepted input, on the earliest path (index_select, not [best]: a 0-dim index reads the device)
-        best = torch.where(ok, self.rank, -1).argmax().view(1)
-        path, a = self.path.index_select(0, best)[0], tree.depth.index_select(0, best)
-        block = y[path[:self.span].clamp(min=0)]  # [:a + 1]: the accepted nodes (= y of their parents) + the bonus
-        # next candidates: the top-k after each rejected node of the best path, one row per depth
-        after = path.gather(0, a + self.rows)
-        top = logits[after.clamp(min=0)].topk(self.k, dim=-1).indices
+        after = self.path.index_select(0, step.best)[0].gather(0, step.a + self.rows)
+        top = step.logits[after.clamp(min=0)].topk(self.k, dim=-1).indices
         C = F.pad(torch.where(after[:, None] >= 0, top, -1), (0, tree.width - self.k), value=-1)
-        return torch.cat([a, block, path[:self.span], right]), C, block, path
+        return (step.right if self.stats else None), C
 
 
-class TRJacobi(Decoder):
+class TRJacobi(Drafter):
     name = "tr_jacobi"
 
-    def __init__(self, cfg, target, draft=None):
-        super().__init__(cfg, target, draft)
+    def setup(self):
+        cfg = self.cfg
+        self.generator = torch.Generator().manual_seed(cfg.seed)
         self.R = cfg.retrieval_len if cfg.retrieval else 0
         auto = cfg.tree == "auto"  # calibrate on the full template, then its best sub-tree (pick_tree)
         self.tree = build_tree(AUTO_TEMPLATE if auto else cfg.tree, cfg.topk, self.R, device=self.target.device)
@@ -140,7 +118,7 @@ class TRJacobi(Decoder):
         if depth not in self.tables:
             tree = self.tree if depth == self.tree.rows else cut(self.tree, depth)
             k = min(self.cfg.topk, self.target.vocab_size)
-            self.tables[depth] = Tables(tree, self.cfg.faithful, k, graphed=self.target.graphs)
+            self.tables[depth] = Tables(tree, self.cfg.faithful, k, stats=self.stats is not None)
         return self.tables[depth]
 
     def candidates_fill(self, seq: list[int], t: Tables, retrieval: bool, filled: int) -> torch.Tensor:
@@ -158,52 +136,34 @@ class TRJacobi(Decoder):
             fill[c] = token
         return upload(fill, self.target.device).view(tree.rows, tree.width)
 
-    def decode(self, prompt: list[int], out: Output) -> None:
-        dev = self.target.device
-        seq = list(prompt)  # the accepted context, on the host: retrieval and noise read it
-        pending = upload(prompt, dev)  # inputs without KV yet, root last: the first step is fused with prefill
-        C = torch.full((self.tree.rows, self.tree.width), -1, device=dev)  # candidate matrix; -1 = empty
-        first, filled = True, 0  # filled: rows of C holding the previous step's top-k
-        while True:
-            t = self.tables_for(out.budget - len(out.tokens))
-            tree = t.tree
-            retrieval = self.R and not (self.cfg.faithful and first)
-            C = torch.where(C >= 0, C, self.candidates_fill(seq, t, retrieval, filled))
-            nodes = C.view(-1)[t.cell]
+    def begin(self, prompt, budget, seed):
+        super().begin(prompt, budget, seed)
+        self.C = torch.full((self.tree.rows, self.tree.width), -1, device=self.target.device)  # -1 = empty
+        self.first, self.filled = True, 0  # filled: rows of C holding the previous step's top-k
 
-            P, m = self.target.length, pending.numel()
-            root = P + m - 1  # the root's slot, and its position
-            positions = tree.depth + root
-            if m > 1:
-                positions = torch.cat([torch.arange(P, root, device=dev), positions])
-            logits = self.target.forward(torch.cat([pending, nodes]), positions, with_prefix(tree.mask, m - 1),
-                                         last=len(tree.nodes) + 1)
-            read, C, block, path = t.verify(logits, nodes)
-            read = self.to_host(read)  # the step's one device-to-host read
-            a, emitted, path_read = read[0], read[1:read[0] + 2], read[1 + t.span:1 + 2 * t.span]
-            kept = path_read[:a + 1]
-            if self.stats is not None and tree is self.tree:  # a tree cut at the budget lacks the index
-                self.stats.observe([False] + read[1 + 2 * t.span:], tree, self.index)
-            out.emit(emitted)
-            if out.done:
-                return
-            if kept != list(range(a + 1)):  # the path's KV next to the cache (a chain prefix is there already)
-                self.target.move(root, root + path[:a + 1])
-            self.target.crop(root + a + 1)
-            seq += emitted
-            pending = block[a:a + 1]  # the bonus token, without KV yet: the next root
-            first = False
-            # the rows after the rejected node: to the end of the path (faithful: of the tree, the root padding it)
-            filled = tree.rows - a if self.cfg.faithful else sum(i >= 0 for i in path_read) - a - 1
+    def propose(self, room):
+        self.t = t = self.tables_for(room + 1)
+        retrieval = self.R and not (self.cfg.faithful and self.first)
+        self.C = torch.where(self.C >= 0, self.C, self.candidates_fill(self.seq, t, retrieval, self.filled))
+        return Proposal(self.C.view(-1)[t.cell], t.shape, after=t.after)
+
+    def observe(self, v):
+        t, a = self.t, v.accepted
+        if self.stats is not None and t.tree is self.tree:  # a tree cut at the budget lacks the index
+            self.stats.observe([False] + v.extra, t.tree, self.index)
+        super().observe(v)
+        if v.done:
+            return
+        self.C, self.first = v.kept, False
+        # the rows after the rejected node: to the end of the path (faithful: of the tree, the root padding it)
+        self.filled = t.tree.rows - a if self.cfg.faithful else sum(i >= 0 for i in v.path) - a - 1
 
     # ------------------------------------------------------------------------------------ tree=auto
-    def generate(self, prompt, max_new_tokens):
-        out = super().generate(prompt, max_new_tokens)
+    def after_generation(self):
         if self.stats is not None:
             self.generations += 1
             if self.generations >= self.cfg.calibrate:
                 self.pick_tree()
-        return out
 
     def pick_tree(self) -> None:
         """Verify the sub-tree with the most expected accepted tokens per second from now on: per-node acceptance
@@ -211,8 +171,6 @@ class TRJacobi(Decoder):
         over the cache the last generation left (untimed) and interpolated in between. The first five picks probe
         a few rounds each and keep each size's fastest time, so on a busy machine the curve converges on the
         uncontended cost instead of following the load."""
-        from specnoise.bench.forward_cost import interpolate, measure_forward_costs
-
         full = len(self.full.nodes) + 1
         grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
         if self.probes < 5:  # then the curve has settled; an 8B model's probe costs seconds

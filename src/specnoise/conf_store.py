@@ -1,0 +1,40 @@
+"""Hydra's side of the configs: the schemas in Hydra's ConfigStore and the ``${asset:...}`` resolver.
+
+Called explicitly by the entry point (and by tests that compose configs), never on import: the dataclasses in
+``config.py`` stay plain, and importing any layer below the entry point loads neither Hydra nor OmegaConf.
+"""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from specnoise.config import (
+    ASSETS_DIR,
+    DECODER_SCHEMAS,
+    BenchmarkConfig,
+    Config,
+    DataConfig,
+    DraftConfig,
+    LoggerConfig,
+    ModelConfig,
+    TrainConfig,
+)
+
+
+def register() -> None:
+    """Register every schema so YAML options can extend ``/schema/<group>/<name>``, and the resolver
+    ``${asset:models/small-code}`` -> an absolute path inside the package, so shipped models and data resolve the
+    same from a clone, an editable install or a wheel. Idempotent."""
+    if not OmegaConf.has_resolver("asset"):
+        OmegaConf.register_new_resolver("asset", lambda rel: str(ASSETS_DIR / rel))
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="schema/model", name="model", node=ModelConfig)
+    cs.store(group="schema/draft", name="draft", node=DraftConfig)
+    cs.store(group="schema/train", name="train", node=TrainConfig)
+    cs.store(group="schema/data", name="data", node=DataConfig)
+    cs.store(group="schema/benchmark", name="benchmark", node=BenchmarkConfig)
+    cs.store(group="schema/logger", name="logger", node=LoggerConfig)
+    for name, schema in DECODER_SCHEMAS.items():
+        cs.store(group="schema/decoder", name=name, node=schema)

@@ -1,0 +1,283 @@
+"""The verifier: one target forward over a drafter's proposal, the accepted path, the KV commit and the bonus token.
+
+A proposal is a tree of candidate tokens hanging after the root, the newest accepted token (a chain is a tree). Its
+block may hold extra rows the target computes in the same forward without verifying them (Lookahead's window,
+tokens a faithful variant feeds but never accepts): a ``Shape`` says who sees whom, where each row sits, and which
+rows form the tree.
+
+Acceptance is one rule for every decoder. At each tree input the verifier draws the target's next token: the argmax
+under greedy decoding; under sampling, a draw from the warped target distribution by inverse CDF with the uniform
+``u[t]`` of the output position t that the input predicts (per-position randomness, seeded per prompt). A node is
+accepted when its token is the draw at its parent and its parent is accepted; the deepest accepted input wins (on
+a tie the earliest path in the drafter's order) and the step emits the path's tokens plus the draw after it, the
+bonus. The accepted tokens are then exactly AR's draws with the same uniforms, whatever was proposed: a
+deterministic proposal changes speed, never the output or its distribution, and with one seed every decoder
+samples AR's very tokens. A *sampled* draft chain (speculative decoding with draft distributions q) is verified by
+rejection sampling instead: each draft kept with probability min(1, p/q), the first rejected one replaced by a draw
+from norm(max(0, p - q)); that keeps the distribution, not the tokens.
+
+A step stays on the device from the logits to one host read (accepted count, block, path and whatever the drafter's
+``after`` hook asks for); on an engine that replays CUDA graphs the whole device function is recorded once per shape.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+import torch
+
+from specnoise.decoding.kv import as_ids, upload
+from specnoise.decoding.sampling import draw, residual, warp
+from specnoise.decoding.trees import with_prefix
+
+
+@dataclass(eq=False)  # hashed by identity: the verifier keeps one device function per shape
+class Shape:
+    """A proposal's layout, built once per shape (drafters cache them). The block is [root, Q tokens]; the tree's
+    inputs are the rows ``rows`` (root = row 0), node i's parent is input ``parent[i - 1]``."""
+
+    mask: torch.Tensor  # bool [1 + Q, 1 + Q]: who sees whom (every row sees the root)
+    offsets: torch.Tensor  # long [1 + Q]: each row's position minus the root's
+    rows: torch.Tensor  # long [N + 1]: block row of each tree input
+    parent: torch.Tensor  # long [N]
+    sees: torch.Tensor  # bool [N + 1, N]: node j is input i or one of its ancestors
+    depth: torch.Tensor  # long [N + 1]
+    rank: torch.Tensor  # long [N + 1]: deeper first, then the earlier first path (one argmax picks the best input)
+    path: torch.Tensor  # long [N + 1, span]: the first path through each input, -1 after its end
+    rows_host: list[int]
+    span: int  # deepest input + 1: tokens a step may emit
+    causal: bool  # the tree is one chain over the whole block: the forward needs no mask or positions
+    prefix: bool  # the tree's inputs are the block's first rows
+
+    @property
+    def nodes(self) -> int:
+        return self.parent.numel()
+
+    @property
+    def last(self) -> int:
+        return self.mask.shape[0]  # logits rows a step needs: the root and every row after it
+
+
+def tree_shape(parents: list[int], paths: list[list[int]] | None = None, *, mask: torch.Tensor | None = None,
+               offsets: torch.Tensor | None = None, rows: list[int] | None = None, masked: bool = False,
+               device=None) -> Shape:
+    """The shape of a tree (inputs 0 = root, 1..N = nodes) with ``parents[i - 1]`` the parent of node i (parents
+    first). ``paths``: root-to-leaf input lists in tie-break order (default: leaves in node order). ``mask``,
+    ``offsets``, ``rows``: the block's layout when it holds more than the tree (default: the tree alone). ``masked``:
+    pass the mask and positions even for a chain (a drafter whose block is a chain only sometimes keeps one kind of
+    forward, and so the same rounding, for all its steps)."""
+    n = len(parents) + 1
+    depth, anc = [0] * n, [[0] for _ in range(n)]  # anc[i]: the root-to-i path
+    for i, p in enumerate(parents, start=1):
+        if not 0 <= p < i:
+            raise ValueError(f"node {i}'s parent {p} must come before it")
+        depth[i], anc[i] = depth[p] + 1, anc[p] + [i]
+    if paths is None:
+        has_child = set(parents)
+        paths = [anc[i] for i in range(n) if i not in has_child] if n > 1 else [[0]]
+    first = [next(k for k, path in enumerate(paths) if i in path) for i in range(n)]
+    span = max(depth) + 1
+    sees = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        sees[i, anc[i]] = True
+    if mask is None:
+        mask, offsets, rows = sees, torch.tensor(depth), list(range(n))
+    prefix = list(rows[:n]) == list(range(n))
+    chain = not masked and parents == list(range(len(parents))) and mask.shape[0] == n
+    table = lambda values: torch.tensor(values, dtype=torch.long, device=device)  # noqa: E731
+    padded = [(paths[first[i]] + [-1] * span)[:span] for i in range(n)]
+    return Shape(mask=mask.to(device), offsets=offsets.to(device), rows=table(rows), parent=table(parents),
+                 sees=sees[:, 1:].to(device), depth=table(depth),
+                 rank=table([d * len(paths) - first[i] for i, d in enumerate(depth)]), path=table(padded),
+                 rows_host=list(rows), span=span, causal=chain, prefix=prefix)
+
+
+@lru_cache(maxsize=256)
+def chain_shape(n: int, device=None) -> Shape:
+    """A chain of ``n`` drafts after the root, fed as a plain causal block."""
+    return tree_shape(list(range(n)), device=device)
+
+
+@dataclass
+class Proposal:
+    """What a drafter proposes for one step: the block's tokens after the root (the tree nodes at ``shape.rows``,
+    extra rows elsewhere), its shape, and optionally the draft distributions of a sampled chain (rejection
+    sampling) and a device hook run right after verification: ``after(step) -> (tensor to read, kept)``."""
+
+    tokens: torch.Tensor | list[int]
+    shape: Shape
+    q: torch.Tensor | None = None  # [N, V]: a sampled chain's draft distributions
+    after: Callable[[Step], tuple[torch.Tensor | None, Any]] | None = None
+
+
+def read_argmax(step: Step):
+    """An ``after`` hook: read the target's argmax at every row with the verdict (next guesses, harvests)."""
+    return step.y, None
+
+
+class Step(NamedTuple):
+    """A verification on the device, what ``after`` hooks see."""
+
+    logits: torch.Tensor  # [1 + Q, V] from the root on
+    y: torch.Tensor  # argmax per row (the drafters' guesses, also under sampling)
+    right: torch.Tensor  # [N] each node's token equals the draw at its parent
+    best: torch.Tensor  # [1] the accepted input
+    a: torch.Tensor  # [1] accepted nodes
+    path: torch.Tensor  # [span] tree inputs root -> best, -1 padded
+
+
+@dataclass
+class Verdict:
+    """One step's outcome on the host (and the device tensors a drafter may feed on)."""
+
+    tokens: list[int]  # accepted drafts + the bonus token
+    path: list[int]  # tree inputs root -> accepted node, -1 padded to span
+    extra: list  # what ``after`` asked to read
+    kept: Any  # what ``after`` kept on the device
+    y: torch.Tensor  # device argmax per block row
+    bonus: torch.Tensor  # [1] the bonus token: the next root, without KV yet
+    root: int  # the root's slot
+    shape: Shape
+    device_path: torch.Tensor
+    done: bool = False  # the output is complete: nothing more is decoded (set by the decoder)
+    accepted: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.accepted = len(self.tokens) - 1
+
+
+def prompt_seed(seed: int, prompt: list[int]) -> int:
+    """A generator seed per (seed, prompt): a prompt draws the same numbers in AR and every decoder, whatever order
+    the prompts come in, and different prompts draw different ones."""
+    return (seed * 0x9E3779B1 + zlib.crc32(b",".join(b"%d" % t for t in prompt))) % (1 << 62)
+
+
+def prompt_generator(seed: int, prompt: list[int]) -> torch.Generator:
+    return torch.Generator().manual_seed(prompt_seed(seed, prompt))
+
+
+class Verifier:
+    """Verifies proposals on ``engine``. ``sampling`` (temperature > 0): draws by ``warp(logits, sampling)``;
+    ``vocab``: only the first ``vocab`` logits count (a draft model verifying its own guesses in the target's
+    vocabulary); ``read``: the decoder's one way to read the device (counted)."""
+
+    def __init__(self, engine, read: Callable[[torch.Tensor], list], sampling=None, vocab: int | None = None):
+        self.engine, self.read, self.sampling, self.vocab = engine, read, sampling, vocab
+        self.functions: dict[tuple, Callable] = {}
+
+    def begin(self, prompt: list[int], seed: int) -> None:
+        """A generation starts: the uniforms of its output positions (token draws ``u``, rejection tests ``v``)."""
+        if self.sampling is not None:
+            self.generator = prompt_generator(seed, prompt)
+            self.u = self.v = torch.empty(0, dtype=torch.float64)
+
+    def uniforms(self, base: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``u[base:base + n]`` and ``v[base:base + n]`` on the device. The tables grow in a fixed order, so position t
+        gets the same numbers however the steps cut the output."""
+        while self.u.numel() < base + n:
+            grow = max(256, base + n - self.u.numel())
+            pair = torch.rand(2, grow, generator=self.generator, dtype=torch.float64)
+            self.u, self.v = torch.cat([self.u, pair[0]]), torch.cat([self.v, pair[1]])
+        return (upload(self.u[base:base + n], self.engine.device), upload(self.v[base:base + n], self.engine.device))
+
+    # ------------------------------------------------------------------------------------------ one step
+    def step(self, pending: torch.Tensor | list[int], proposal: Proposal, base: int) -> Verdict:
+        """Verify ``proposal`` after ``pending`` (tokens without KV yet, the root last) in one forward; ``base``:
+        tokens emitted before this step. The KV is committed by ``commit`` once the verdict is taken."""
+        engine, shape = self.engine, proposal.shape
+        pending, tokens = as_ids(pending, engine.device), as_ids(proposal.tokens, engine.device)
+        P, m = engine.length, pending.numel()
+        root = P + m - 1
+        block = torch.cat([pending, tokens]) if tokens.numel() else pending
+        if shape.causal:
+            logits = engine.forward(block, last=shape.last)
+        else:
+            positions = (shape.offsets + root).clamp_(max=engine.max_length - 1)  # guesses may reach past the context
+            if m > 1:
+                positions = torch.cat([torch.arange(P, root, device=engine.device), positions])
+            logits = engine.forward(block, positions, with_prefix(shape.mask, m - 1), last=shape.last)
+        if self.vocab is not None:
+            logits = logits[:, :self.vocab]
+        nodes = tokens[:shape.nodes] if shape.prefix else tokens.index_select(0, shape.rows[1:] - 1)
+        rejection = proposal.q is not None and self.sampling is not None
+        fn = self.function(shape, proposal.after, rejection)
+        args = (logits, nodes)
+        if self.sampling is not None:
+            args += self.uniforms(base, shape.span)
+        if rejection:
+            args += (proposal.q,)
+        read, kept, y, bonus, path = fn(*args)
+        values = self.read(read)
+        a, span = values[0], shape.span
+        return Verdict(tokens=values[1:a + 2], path=values[1 + span:1 + 2 * span], extra=values[1 + 2 * span:],
+                       kept=kept, y=y, bonus=bonus, root=root, shape=shape, device_path=path)
+
+    def commit(self, v: Verdict) -> None:
+        """Keep the accepted path's KV next to the cache (a chain prefix is there already) and forget the rest. The
+        bonus token has no KV yet: it is the next step's root."""
+        a, rows = v.accepted, v.shape.rows_host
+        slots = [rows[i] for i in v.path[:a + 1]]
+        if slots != list(range(a + 1)):
+            src = v.device_path[:a + 1]
+            if rows != list(range(len(rows))):
+                src = v.shape.rows.index_select(0, src)
+            self.engine.move(v.root, v.root + src)
+        self.engine.crop(v.root + a + 1)
+
+    # ------------------------------------------------------------------------------------------ on the device
+    def function(self, shape: Shape, after, rejection: bool) -> Callable:
+        """The step's device function for this shape and hook, built (and on a graph engine recorded) once."""
+        key = (shape, after, rejection)
+        if key not in self.functions:
+            def fn(logits, nodes, u=None, v=None, q=None):
+                return self.verify(shape, after, logits, nodes, u, v, q)
+            self.functions[key] = self.engine.graph(fn)
+        return self.functions[key]
+
+    def verify(self, shape: Shape, after, logits, nodes, u, v, q):
+        """Returns (what the host reads: [a, block padded to span, path, after's read], after's kept tensors, the
+        argmax per row, the bonus token, the path)."""
+        y = logits.argmax(-1)
+        tree = logits[:shape.nodes + 1] if shape.prefix else logits.index_select(0, shape.rows)
+        if q is not None:
+            return self.reject(shape, after, logits, y, tree, nodes, u, v, q)
+        if self.sampling is None:
+            picks = y[:shape.nodes + 1] if shape.prefix else y.index_select(0, shape.rows)
+        else:  # input i predicts output position base + depth[i]: its uniform
+            picks = draw(warp(tree, self.sampling), u.index_select(0, shape.depth))
+        if shape.causal:  # a chain: the accepted drafts are the matching prefix
+            right = nodes == picks[:-1]
+            a = right.long().cumprod(0).sum().view(1)
+            path, best, block = shape.path[0], a, picks
+        else:
+            right = nodes == picks.index_select(0, shape.parent)
+            ok = ~(shape.sees & ~right).any(-1)  # the whole path root -> input i is right
+            # the deepest accepted input, on the earliest path (index_select, not [best]: a 0-dim index reads)
+            best = torch.where(ok, shape.rank, -1).argmax().view(1)
+            path, a = shape.path.index_select(0, best)[0], shape.depth.index_select(0, best)
+            block = picks.index_select(0, path.clamp(min=0))  # [:a + 1]: the accepted nodes (= draws at their parents)
+        return self.finish(after, Step(logits, y, right, best, a, path), block)
+
+    def reject(self, shape, after, logits, y, tree, nodes, u, v, q):
+        """Rejection sampling of a sampled chain: draft j kept with probability min(1, p/q) (u < p/q without dividing),
+        the first rejected one replaced by a draw of the residual, and after a full acceptance by a draw of p."""
+        n = nodes.numel()
+        p = warp(tree, self.sampling)
+        at = nodes.view(-1, 1)
+        ok = v[:n] * q.gather(-1, at)[:, 0] < p[:n].gather(-1, at)[:, 0]
+        a = ok.long().cumprod(0).sum().view(1)
+        rest = torch.cat([residual(p[:n], q), p[n:n + 1]]).index_select(0, a)
+        token = draw(rest, u.index_select(0, a))
+        block = torch.cat([nodes, token]).scatter(0, a, token)  # [:a + 1]: the kept drafts, then the new token
+        right = ok  # what the drafter may learn: which drafts passed their test
+        return self.finish(after, Step(logits, y, right, a, a, shape.path[0]), block)
+
+    @staticmethod
+    def finish(after, step: Step, block):
+        extra, kept = after(step) if after is not None else (None, None)
+        parts = [step.a, block, step.path] + ([extra.view(-1).long()] if extra is not None else [])
+        return torch.cat(parts), kept, step.y, block.index_select(0, step.a), step.path

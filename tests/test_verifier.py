@@ -1,0 +1,122 @@
+"""The verifier on its own: which path a tree step accepts, the KV it keeps, and the two sampling rules (a draw per
+output position for deterministic proposals, rejection sampling for a sampled chain) against exact distributions.
+Decoders through it are tested in test_lossless.py (greedy) and test_sampling_decoders.py (sampling)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specnoise.config import ARConfig
+from specnoise.decoding.kv import KVModel
+from specnoise.decoding.verifier import Proposal, Verifier, chain_shape, prompt_seed, tree_shape
+
+TRIALS = 4000
+THRESHOLD = 0.05  # TV of 4000 exact draws over <= 6 outcomes is ~0.015; the wrong samplers are > 0.1 away
+
+
+def tv(samples: torch.Tensor, p: torch.Tensor) -> float:
+    counts = torch.bincount(samples, minlength=len(p)).float()
+    return 0.5 * float((counts / counts.sum() - p).abs().sum())
+
+
+def dist(seed: int, v: int = 6, sharp: float = 1.5) -> torch.Tensor:
+    return torch.softmax(torch.randn(v, generator=torch.Generator().manual_seed(seed)) * sharp, -1)
+
+
+def one_hot_logits(best: list[int], v: int = 10) -> torch.Tensor:
+    logits = torch.full((len(best), v), -1.0)
+    logits[range(len(best)), best] = 1.0
+    return logits
+
+
+def greedy(shape, logits, nodes):
+    read, _, _, bonus, _ = Verifier(None, None).verify(shape, None, logits, torch.tensor(nodes), None, None, None)
+    read = read.tolist()
+    a = read[0]
+    return read[1:a + 2], read[1 + shape.span:1 + 2 * shape.span][:a + 1], int(bonus)
+
+
+def test_tree_step_takes_the_deepest_match_on_the_earliest_path():
+    # root; a chain 4 -> 9 (inputs 1, 2); two chains 4 -> 5 -> 6 and 4 -> 5 -> 7 (inputs 3..5 and 6..8)
+    parents = [0, 1, 0, 3, 4, 0, 6, 7]
+    paths = [[0, 1, 2], [0, 3, 4, 5], [0, 6, 7, 8]]
+    nodes = [4, 9, 4, 5, 6, 4, 5, 7]
+    shape = tree_shape(parents, paths)
+    # argmax after each input: root 4, (1) 5, (2) x, (3) 5, (4) 6, (5) 8, (6) 5, (7) 6, (8) x
+    tokens, path, bonus = greedy(shape, one_hot_logits([4, 5, 1, 5, 6, 8, 5, 6, 1]), nodes)
+    assert tokens == [4, 5, 6, 8] and path == [0, 3, 4, 5] and bonus == 8  # the second chain: first of the deepest
+    tokens, path, _ = greedy(shape, one_hot_logits([3, 5, 1, 5, 6, 8, 5, 6, 1]), nodes)
+    assert tokens == [3] and path == [0]  # nothing matches: the target's own token alone
+
+
+def test_chain_step_accepts_the_matching_prefix():
+    shape = chain_shape(3)
+    assert shape.causal
+    tokens, path, _ = greedy(shape, one_hot_logits([7, 8, 2, 5]), [7, 8, 9])
+    assert tokens == [7, 8, 2] and path == [0, 1, 2]
+
+
+def test_tree_step_keeps_only_the_accepted_paths_kv(target):
+    """After commit, the cache holds prefix + root + the accepted nodes, and the next token's logits are those of a
+    plain forward of that text."""
+    kv = KVModel(target.model)
+    verifier = Verifier(kv, torch.Tensor.tolist)
+    prefix = [5, 6, 7]
+    y = KVModel(target.model).forward(prefix).argmax(-1).tolist()
+    second = KVModel(target.model).forward(prefix + [y[-1]]).argmax(-1).tolist()[-1]
+    wrong = (y[-1] + 1) % 90 + 3
+    # two children of the root: a wrong one first, then the right one with its right child
+    shape = tree_shape([0, 0, 2])
+    v = verifier.step(prefix, Proposal([wrong, y[-1], second], shape), base=0)
+    assert v.tokens[:2] == [y[-1], second] and v.path[:3] == [0, 2, 3]
+    verifier.commit(v)
+    assert kv.length == len(prefix) + 2  # root + two accepted nodes; the bonus has no KV yet
+    ref = KVModel(target.model).forward(prefix + [y[-1], second, v.tokens[2]])[-1]
+    assert torch.allclose(kv.forward([v.tokens[2]])[-1], ref, atol=1e-4)
+
+
+def test_per_prompt_seeds_differ_by_prompt_and_seed():
+    assert prompt_seed(0, [1, 2, 3]) == prompt_seed(0, [1, 2, 3])
+    assert len({prompt_seed(s, p) for s in (0, 1) for p in ([1, 2, 3], [1, 2, 4], [12, 3])}) == 6
+
+
+def sampled_first_tokens(shape, p_rows, nodes, q=None, trials=TRIALS, seed=0):
+    """The first emitted token of ``trials`` verifications of the same proposal, each with fresh uniforms."""
+    verifier = Verifier(None, None, sampling=ARConfig(temperature=1.0))
+    gen = torch.Generator().manual_seed(seed)
+    logits, nodes, out = p_rows.log(), torch.tensor(nodes), []
+    for _ in range(trials):
+        u, v = torch.rand(2, shape.span, generator=gen, dtype=torch.float64)
+        read = verifier.verify(shape, None, logits, nodes, u, v, q)[0]
+        out.append(int(read[1]))
+    return torch.tensor(out)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rejection_sampling_keeps_the_target_distribution(seed):
+    """A draft sampled from q, kept with probability min(1, p/q), else replaced from the residual: the first token
+    is p's. Trusting the draft (always keeping it) is q's, and the same threshold sees it."""
+    p, q = torch.stack([dist(seed), dist(seed + 10)]), dist(seed + 20).view(1, -1)
+    verifier = Verifier(None, None, sampling=ARConfig(temperature=1.0))
+    gen, shape, firsts = torch.Generator().manual_seed(seed), chain_shape(1), []
+    drafts = torch.multinomial(q[0], TRIALS, replacement=True, generator=gen)
+    for d in drafts:
+        u, v = torch.rand(2, shape.span, generator=gen, dtype=torch.float64)
+        firsts.append(int(verifier.verify(shape, None, p.log(), d.view(1), u, v, q)[0][1]))
+    assert tv(torch.tensor(firsts), p[0]) < THRESHOLD
+    assert tv(drafts, p[0]) > 2 * THRESHOLD
+
+
+@pytest.mark.parametrize("candidates", [[2], [0, 3, 1], [1, 1, 4]])
+def test_a_draw_per_input_keeps_the_target_distribution_for_any_proposal(candidates):
+    """Deterministic children of the root (any tokens, repeated ones too): the first token is p's draw whatever they
+    are, and a verifier that accepts a child whenever it is the target's argmax does not."""
+    p = dist(7)
+    shape = tree_shape([0] * len(candidates))
+    rows = p.expand(len(candidates) + 1, -1)
+    assert tv(sampled_first_tokens(shape, rows, candidates), p) < THRESHOLD
+    best = int(p.argmax())
+    wrong = torch.where(torch.rand(TRIALS, generator=torch.Generator().manual_seed(1)) < p.max() + 0.2,
+                        torch.tensor(best), sampled_first_tokens(shape, rows, candidates))
+    assert tv(wrong, p) > THRESHOLD
