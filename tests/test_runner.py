@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 
 from helpers_models import save_tiny_model, tiny_tokenizer
 from specnoise.bench.datasets import dialogue_text, load_benchmark
-from specnoise.bench.runner import compose_decoder, decoder_configs, first_divergence, run_benchmark
-from specnoise.config import JacobiConfig, UserError, config_dir
+from specnoise.bench.runner import decoder_configs, first_divergence, run_benchmark
+from specnoise.config import DECODER_SCHEMAS, JacobiConfig, UserError, config_dir
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DECODER_MODULES, decoder_class
 from specnoise.generate import generate_once
@@ -144,8 +144,24 @@ def test_several_decoders_in_one_job_share_the_budget(models):
     configs = decoder_configs(conf)
     assert [c.name for c in configs] == ["ar", "jacobi"]  # the AR baseline once, no duplicates
     assert all(c.max_new_tokens == 7 and c.seed == 3 for c in configs)
-    composed = compose_decoder("jacobi")
-    assert isinstance(composed, JacobiConfig) and composed.draft_len == 4
+    assert isinstance(configs[1], JacobiConfig) and configs[1].draft_len == 4
+
+
+@pytest.mark.parametrize("name", sorted(DECODER_SCHEMAS))
+def test_a_decoders_entry_built_from_its_schema_equals_its_yaml_option(name):
+    """The runner builds `decoders=[...]` entries from the dataclasses, without Hydra: that is only right while
+    each option's YAML sets exactly its schema's defaults."""
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        composed = OmegaConf.to_object(compose("config", overrides=[f"decoder={name}"]).decoder)
+    assert composed == DECODER_SCHEMAS[name]()
+
+
+def test_the_measuring_loop_needs_neither_pandas_nor_wandb():
+    code = ("import sys, specnoise.bench.measure; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'wandb', 'matplotlib'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 def test_draft_decoder_without_draft_is_a_clear_error(models, prompt_file, tmp_path):
