@@ -220,9 +220,12 @@ def test_bad_data_file_is_a_user_error(models, tmp_path):
     bad.write_text('{"text": "ok"}\n{"text": \n')
     conf, cfg = configure(models, "decoder=ar", "benchmark=jsonl", f"benchmark.path={bad}",
                           "benchmark.prompt_field=text")
-    with pytest.raises(UserError, match=r"bad\.jsonl, line 2"):
+    with pytest.raises(UserError, match=r"bad\.jsonl, line 2, column 11: not valid JSON \(Expecting value\)"):
         run_benchmark(conf, cfg, tmp_path / "run")
     assert not (tmp_path / "run" / "results.json").exists()
+    bad.write_text('{"text": "a\tb"}\n')  # json's message ends in "at", meant to be followed by the position
+    with pytest.raises(UserError, match=r"line 1, column 12: not valid JSON \(Invalid control character\); "):
+        run_benchmark(conf, cfg, tmp_path / "run")
 
 
 def test_first_divergence():
@@ -295,3 +298,66 @@ def test_a_trained_model_is_named_after_its_run(models, prompt_file, tmp_path):
     run_benchmark(conf, cfg, run_dir, model_path=str(models["target"]))  # as if job 7 had trained it
     rows = json.loads((run_dir / "results.json").read_text())["rows"]
     assert {r["model"] for r in rows} == {f"{conf.model.name}+msn@7"}  # never the base model's name
+
+
+def test_repeats_time_every_prompt_r_times_and_bound_each_speedup(models, prompt_file, tmp_path):
+    _, results, per_prompt = run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.repeats=3")
+    for r in per_prompt:
+        assert len(r["repeat_seconds"]) == 3 and r["seconds"] == pytest.approx(sum(r["repeat_seconds"]) / 3)
+        assert r["same_tokens_across_repeats"] is True
+    rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
+    pld = rows[("pld", "all")]
+    assert pld["repeats"] == 3 and results["meta"]["repeats"] == 3 and results["meta"]["repeat_token_mismatches"] == 0
+    assert pld["speedup_ci_low"] <= pld["speedup"] <= pld["speedup_ci_high"] and pld["ar_time_cv"] >= 0
+    assert isinstance(pld["timing_noisy"], bool)
+    assert rows[("ar", "all")]["verify_block"] == 1.0 and pld["verify_block"] >= 1.0
+    assert pld["cost_bound"] == pytest.approx(pld["mean_accepted_tokens"] / pld["cost_ratio"])
+
+
+def test_tokens_that_change_between_repeats_are_recorded(models, prompt_file, tmp_path, monkeypatch):
+    """A decoder whose second repeat answers differently (as nondeterministic kernels would): its rows say so."""
+    import specnoise.bench.runner as runner
+
+    def flaky(cfg, target, draft):
+        decoder = build(cfg, target, draft)
+        if cfg.name == "pld":
+            calls, generate = [], decoder.generate
+
+            def generate_differently(prompt, budget):
+                calls.append(1)
+                return generate(prompt, budget - 1 if len(calls) % 2 == 0 else budget)
+
+            decoder.generate = generate_differently
+        return decoder
+
+    build = runner.build_decoder
+    monkeypatch.setattr(runner, "build_decoder", flaky)
+    _, results, per_prompt = run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.repeats=2",
+                                 "benchmark.limit=1", "benchmark.cost_bound=false")
+    assert [r["same_tokens_across_repeats"] for r in per_prompt if r["decoder"] == "pld"] == [False]
+    assert results["meta"]["repeat_token_mismatches"] == 1
+
+
+def test_max_new_tokens_beyond_the_context_fails_before_loading(models, prompt_file, tmp_path, monkeypatch):
+    import specnoise.bench.runner as runner
+
+    def never(*args, **kwargs):
+        raise AssertionError("weights loaded")
+
+    monkeypatch.setattr(runner, "load_model", never)
+    with pytest.raises(UserError, match=r"max_new_tokens=100000 does not fit the context of model=small-code-msn "
+                                        r"\(1024 tokens.*lower benchmark.max_new_tokens below 1024$"):
+        run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file), "benchmark.max_new_tokens=100000")
+
+
+def test_a_draft_with_another_tokenizer_fails_before_the_target_loads(models, prompt_file, tmp_path, monkeypatch):
+    import specnoise.bench.runner as runner
+
+    other = save_tiny_model(tmp_path / "other", tokenizer=tiny_tokenizer(vocab_size=300), layers=1, hidden=32)
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    with pytest.raises(UserError, match="use different tokenizers"):
+        run(models, tmp_path / "run", "decoder=speculative", "draft.name=other", f"draft.path={other}",
+            *jsonl_args(prompt_file))
+    with pytest.raises(UserError, match=r"draft=nowhere: no model at /nope"):
+        run(models, tmp_path / "run", "decoder=speculative", "draft.name=nowhere", "draft.path=/nope",
+            *jsonl_args(prompt_file))

@@ -23,7 +23,8 @@ log = logging.getLogger("specnoise")
 
 
 def verify_blocks(decoders: dict[str, Decoder], model, prompt: list[int], budget: int) -> dict[str, float | None]:
-    """Mean tokens per target forward after the prefill, per decoder, over one generation of ``prompt``."""
+    """Mean tokens per target forward, per decoder, over one generation of ``prompt`` (the prompt itself counts as
+    one token: the one AR's first forward decodes from)."""
     fed: list[int] = []
 
     def count(module, args, kwargs):
@@ -39,8 +40,7 @@ def verify_blocks(decoders: dict[str, Decoder], model, prompt: list[int], budget
         for name, decoder in decoders.items():
             fed.clear()
             decoder.generate(prompt, budget)
-            steps = fed[1:]  # fed[0] is the prompt's prefill
-            blocks[name] = sum(steps) / len(steps) if steps else None
+            blocks[name] = (sum(fed) - len(prompt) + 1) / len(fed) if fed else None
     finally:
         handle.remove()
     for decoder in decoders.values():

@@ -96,8 +96,8 @@ def _read(p: Path) -> list[Record]:
                 try:
                     rows.append((f"{p}, line {i}", json.loads(line)))
                 except json.JSONDecodeError as err:
-                    raise UserError(f"{p}, line {i}, column {err.colno}: not valid JSON ({json_error(err)}); one JSON "
-                                    "object per line") from err
+                    raise UserError(f"{p}, line {i}, column {err.pos + 1}: not valid JSON ({json_error(err)}); "
+                                    "one JSON object per line") from err
     return rows
 
 

@@ -254,9 +254,9 @@ def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
         return {}
     from specnoise.bench.bound import bounds
 
-    first = m.samples[0]
+    longest = max(m.samples, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens))  # the most steps to count
     lengths = [len(setup.encode(s, [])) for s in m.samples]
-    return bounds(setup.decoders, setup.target.model, setup.encode(first, []), setup.budget,
+    return bounds(setup.decoders, setup.target.model, setup.encode(longest, []), setup.budget,
                   cache_len=int(fmean(lengths)) + setup.budget // 2)
 
 
