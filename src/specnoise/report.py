@@ -228,7 +228,7 @@ def tables(df: pd.DataFrame, ids: list[str], metrics: list[str]) -> dict[str, pd
         return out
     main = shown_columns(df[df["category"] == "all"] if "category" in df else df)
     trained = ["train_heldout_loss"] if "train_heldout_loss" in df and df["train_heldout_loss"].notna().any() else []
-    cols = [c for c in ids + ["decoder"] + [m for m in TABLE_METRICS if m in df] + trained if c in df]
+    cols = [c for c in ids + ["decoder"] + [m for m in TABLE_METRICS if m in main] + trained if c in main]
     out["main"] = main[list(dict.fromkeys(cols))].reset_index(drop=True)
     if has_categories(df):
         order = [c for c in df["category"].unique() if c != "all"] + ["all"]
@@ -419,7 +419,7 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
         decoder = ["decoder"] if shown["decoder"].nunique() > 1 else []  # a line or colour per decoder
         plot_bars(main, [c for c in hue if not c.endswith("decoder")], metrics, out_dir / "decoders.png")
         plots.append(out_dir / "decoders.png")
-        if cfg.categories and len(sections) > 1:
+        if cfg.categories and any(k.endswith(" by category") for k in sections):
             cats = shown[shown["category"] != "all"]
             for metric in metrics:
                 plot_bars(cats, [c for c in hue if not c.endswith("decoder")] + decoder, [metric],
