@@ -361,3 +361,29 @@ def test_a_draft_with_another_tokenizer_fails_before_the_target_loads(models, pr
     with pytest.raises(UserError, match=r"draft=nowhere: no model at /nope"):
         run(models, tmp_path / "run", "decoder=speculative", "draft.name=nowhere", "draft.path=/nope",
             *jsonl_args(prompt_file))
+
+
+def test_a_signal_during_the_wrap_up_follows_the_interrupt_contract(models, prompt_file, tmp_path, monkeypatch):
+    """New-user finding 2: SIGINT after the last prompt (here while the reference NLL is computed) ends in a partial
+    results.json and Interrupted (exit 130), and the same command finishes the job."""
+    import signal
+
+    import specnoise.bench.runner as runner
+    from specnoise.bench.progress import Interrupted
+
+    real = runner.reference_nlls
+
+    def interrupted_nlls(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # the handler only sets the flag: this stage still finishes
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "reference_nlls", interrupted_nlls)
+    with pytest.raises(Interrupted) as stop:
+        run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.limit=2")
+    assert stop.value.exit_code == 130
+    partial = json.loads((tmp_path / "results.json").read_text())
+    assert partial["complete"] is False and partial["interrupted"] == "SIGINT"
+    assert partial["progress"]["prompts"] == 2 and partial["rows"]  # every prompt was measured
+    monkeypatch.setattr(runner, "reference_nlls", real)
+    _, again, _ = run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.limit=2")
+    assert again["complete"] is True and again["progress"]["resumed"] == 2  # nothing timed twice
