@@ -12,7 +12,7 @@ same tokens (a decoder whose output depends on the repeat is a bug, or nondeterm
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specnoise.bench.datasets import Sample
 from specnoise.decoding.base import DecodeOutput, Decoder
@@ -25,11 +25,18 @@ class Turn:
     prompt: list[int]
     out: DecodeOutput  # the first repeat (tokens, forwards, accepted lengths): the answer the dialogue goes on with
     text: str  # the completion, decoded
-    seconds: list[float]  # one per repeat
-    target_seconds: list[float | None]  # inside target forwards, per repeat (None: the decoder does not say)
-    draft_seconds: list[float | None]
-    new_tokens: list[int]  # per repeat (differs between repeats only when sampling)
+    # per repeat; left out (one repeat), they are the first repeat's own
+    seconds: list[float] = field(default_factory=list)
+    target_seconds: list[float | None] = field(default_factory=list)  # inside target forwards (None: not said)
+    draft_seconds: list[float | None] = field(default_factory=list)
+    new_tokens: list[int] = field(default_factory=list)  # differs between repeats only when sampling
     same_tokens: bool = True  # every repeat gave the first one's tokens
+
+    def __post_init__(self) -> None:
+        self.seconds = self.seconds or [self.out.seconds]
+        self.target_seconds = self.target_seconds or [getattr(self.out, "target_seconds", None)] * len(self.seconds)
+        self.draft_seconds = self.draft_seconds or [getattr(self.out, "draft_seconds", None)] * len(self.seconds)
+        self.new_tokens = self.new_tokens or [len(self.out.tokens)] * len(self.seconds)
 
     @property
     def mean_seconds(self) -> float:
