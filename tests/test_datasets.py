@@ -127,7 +127,7 @@ def test_jsonl_fields_and_multi_turn(tmp_path):
 
 
 @pytest.mark.parametrize("rows, message", [
-    (['{"prompt": "ok"}', '{"prompt": broken'], r"p\.jsonl, line 2: not valid JSON"),
+    (['{"prompt": "ok"}', '{"prompt": broken'], r"p\.jsonl, line 2, column 12: not valid JSON"),
     (['{"prompt": "ok"}', "", '{"text": "no prompt"}'], r"p\.jsonl, line 3: missing field 'prompt' .*prompt_field"),
     (['["a list"]'], r"line 1: expected a JSON object"),
     (['{"prompt": "ok"}', '{"prompt": "  "}'], r"line 2: prompt 2 is empty \(field 'prompt'\)"),

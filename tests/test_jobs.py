@@ -61,14 +61,39 @@ def test_files_honour_the_umask(tmp_path):
 
 
 def test_a_busy_run_directory_refuses_a_second_job(tmp_path):
+    """New-user finding 1: the refused job must not touch the running job's record (its .hydra/ files, which the
+    report reads its overrides from, and its log)."""
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    (run_dir / ".hydra").mkdir(parents=True)
+    record = {"config.yaml": "decoder:\n  name: pld\n", "overrides.yaml": "- decoder=pld\n"}
+    for name, text in record.items():
+        (run_dir / ".hydra" / name).write_text(text)
+    (run_dir / "specnoise.log").write_text("the first job's log\n")
     (run_dir / LOCK_NAME).write_text(f"{socket.gethostname()} {os.getpid()}\n")  # this test process is alive
-    done = specnoise("prompt='hi'", f"hydra.run.dir={run_dir}")
+    done = specnoise("prompt='hi'", "decoder=lookahead", f"hydra.run.dir={run_dir}")
     assert done.returncode == 2 and "is in use by another job" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
     assert not (run_dir / "FAILED.json").exists()  # the directory belongs to the other job
     assert (run_dir / LOCK_NAME).read_text().split()[1] == str(os.getpid())
+    assert {name: (run_dir / ".hydra" / name).read_text() for name in record} == record
+    assert (run_dir / "specnoise.log").read_text() == "the first job's log\n"
+
+
+def test_an_unwritable_run_directory_is_one_line_and_exit_2(tmp_path):
+    """New-user finding 3 (a path through a file is unwritable also for root, unlike chmod)."""
+    (tmp_path / "file").write_text("")
+    done = specnoise("prompt='hi'", f"hydra.run.dir={tmp_path / 'file' / 'run'}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "Unable to configure handler" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: cannot write to the run directory")
+
+
+@pytest.mark.parametrize("args", [["decoder=nope"], ["+experiment=nope"], ["benchmark.nope=1"]])
+def test_what_hydra_refuses_exits_2_as_bad_input(tmp_path, args):
+    """New-user finding 5: the README's "bad input exits 2" holds for composition errors too."""
+    done = specnoise(*args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
 
 
 def test_a_crash_leaves_failed_json_and_the_traceback(tmp_path):

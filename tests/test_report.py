@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,53 @@ def test_an_interrupted_job_is_listed_as_incomplete(tmp_path):
     build_report([tmp_path], tmp_path / "out")
     text = (tmp_path / "out" / "report.md").read_text()
     assert "## Incomplete jobs" in text and "stopped by SIGTERM after 3 of 10 prompts" in text
+
+
+def test_noisy_rows_calibration_and_ci_reach_the_report(tmp_path, capsys):
+    rows = [result_row("ar", speedup_ci_low=1.0, speedup_ci_high=1.0, timing_noisy=False),
+            result_row("pld", speedup=1.5, mat=2.0, speedup_ci_low=0.9, speedup_ci_high=2.4, timing_noisy=True,
+                       target_seconds=0.5, draft_seconds=0.0, other_seconds=0.17, cost_bound=1.6),
+            result_row("hf_greedy", speedup=3.35, speedup_ci_low=3.0, speedup_ci_high=3.6, timing_noisy=False,
+                       speedup_exceeds_mat=True)]
+    job = write_job(tmp_path / "run", ["decoder=pld"], rows)
+    data = json.loads((job / "results.json").read_text())
+    data["meta"] = {"calibration_warning": "hf_greedy runs at 3.35x our AR"}
+    (job / "results.json").write_text(json.dumps(data))
+    text = build_report([tmp_path / "run"], tmp_path / "out").read_text()
+    assert re.search(r"\| pld .*\| 0.9-2.4 +\| NOISY +\|", text)  # the row is marked, its CI readable
+    assert "## Timing noise" in text and "benchmark.repeats" in text and "- small-code-msn" not in text.split(
+        "## Timing noise")[0]
+    assert "## Calibration" in text and "3.35x our AR" in text
+    assert "## Speedup above mean accepted tokens" in text
+    assert "where the time goes" in text and "cost_bound" in text
+    out = capsys.readouterr().out
+    assert "NOISY TIMING" in out and "CALIBRATION" in out
+
+
+def test_speedup_bars_carry_the_ci_as_error_bars():
+    from specnoise.report import ci_errors
+
+    df = pd.DataFrame({"decoder": ["pld", "jacobi"], "group": ["", ""], "speedup": [1.5, 0.8],
+                       "speedup_ci_low": [1.2, 0.7], "speedup_ci_high": [1.9, 0.85]})
+    data = df.pivot_table(index="decoder", columns="group", values="speedup", sort=False)
+    errors = ci_errors(df, data, "decoder")
+    assert errors.shape == (1, 2, 2)
+    assert errors[0, 0].tolist() == pytest.approx([0.3, 0.1]) and errors[0, 1].tolist() == pytest.approx([0.4, 0.05])
+    assert ci_errors(df.drop(columns=["speedup_ci_low", "speedup_ci_high"]), data, "decoder") is None
+
+
+def test_sweep_plot_axis_only_for_a_key_that_varies_on_its_own(tmp_path):
+    """Jobs of different kinds (a HumanEval job with limit 6, a Spec-Bench job with limit 1): benchmark.limit
+    differs between them but is no sweep axis, so no sweep_*.png is drawn against it."""
+    write_job(tmp_path / "m" / "0", ["+quickstart=sft-humaneval", "benchmark.limit=6"],
+              [result_row("ar"), result_row("pld", speedup=1.4, mat=2.0)])
+    write_job(tmp_path / "m" / "1", ["+quickstart=sft-spec_bench", "benchmark.limit=1"],
+              [result_row("ar"), result_row("pld", speedup=1.2, mat=1.8)])
+    build_report([tmp_path / "m"], tmp_path / "out")
+    assert not list((tmp_path / "out").glob("sweep_*.png"))
+    # the same key swept with everything else equal is an axis
+    for num, limit in enumerate((2, 4)):
+        write_job(tmp_path / "s" / str(num), ["decoder=pld", f"benchmark.limit={limit}"],
+                  [result_row("ar"), result_row("pld", speedup=1.0 + limit / 10)])
+    build_report([tmp_path / "s"], tmp_path / "out2")
+    assert (tmp_path / "out2" / "sweep_benchmark.limit.png").is_file()

@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 
 from helpers_models import save_tiny_model, tiny_tokenizer
 from specnoise.bench.datasets import dialogue_text, load_benchmark
-from specnoise.bench.runner import compose_decoder, decoder_configs, first_divergence, run_benchmark
-from specnoise.config import JacobiConfig, UserError, config_dir
+from specnoise.bench.runner import decoder_configs, first_divergence, run_benchmark
+from specnoise.config import DECODER_SCHEMAS, JacobiConfig, UserError, config_dir
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DECODER_MODULES, decoder_class
 from specnoise.generate import generate_once
@@ -144,8 +144,24 @@ def test_several_decoders_in_one_job_share_the_budget(models):
     configs = decoder_configs(conf)
     assert [c.name for c in configs] == ["ar", "jacobi"]  # the AR baseline once, no duplicates
     assert all(c.max_new_tokens == 7 and c.seed == 3 for c in configs)
-    composed = compose_decoder("jacobi")
-    assert isinstance(composed, JacobiConfig) and composed.draft_len == 4
+    assert isinstance(configs[1], JacobiConfig) and configs[1].draft_len == 4
+
+
+@pytest.mark.parametrize("name", sorted(DECODER_SCHEMAS))
+def test_a_decoders_entry_built_from_its_schema_equals_its_yaml_option(name):
+    """The runner builds `decoders=[...]` entries from the dataclasses, without Hydra: that is only right while
+    each option's YAML sets exactly its schema's defaults."""
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        composed = OmegaConf.to_object(compose("config", overrides=[f"decoder={name}"]).decoder)
+    assert composed == DECODER_SCHEMAS[name]()
+
+
+def test_the_measuring_loop_needs_neither_pandas_nor_wandb():
+    code = ("import sys, specnoise.bench.measure; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'wandb', 'matplotlib'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 def test_draft_decoder_without_draft_is_a_clear_error(models, prompt_file, tmp_path):
@@ -204,9 +220,12 @@ def test_bad_data_file_is_a_user_error(models, tmp_path):
     bad.write_text('{"text": "ok"}\n{"text": \n')
     conf, cfg = configure(models, "decoder=ar", "benchmark=jsonl", f"benchmark.path={bad}",
                           "benchmark.prompt_field=text")
-    with pytest.raises(UserError, match=r"bad\.jsonl, line 2"):
+    with pytest.raises(UserError, match=r"bad\.jsonl, line 2, column 11: not valid JSON \(Expecting value\)"):
         run_benchmark(conf, cfg, tmp_path / "run")
     assert not (tmp_path / "run" / "results.json").exists()
+    bad.write_text('{"text": "a\tb"}\n')  # json's message ends in "at", meant to be followed by the position
+    with pytest.raises(UserError, match=r"line 1, column 12: not valid JSON \(Invalid control character\); "):
+        run_benchmark(conf, cfg, tmp_path / "run")
 
 
 def test_first_divergence():
@@ -279,3 +298,92 @@ def test_a_trained_model_is_named_after_its_run(models, prompt_file, tmp_path):
     run_benchmark(conf, cfg, run_dir, model_path=str(models["target"]))  # as if job 7 had trained it
     rows = json.loads((run_dir / "results.json").read_text())["rows"]
     assert {r["model"] for r in rows} == {f"{conf.model.name}+msn@7"}  # never the base model's name
+
+
+def test_repeats_time_every_prompt_r_times_and_bound_each_speedup(models, prompt_file, tmp_path):
+    _, results, per_prompt = run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.repeats=3")
+    for r in per_prompt:
+        assert len(r["repeat_seconds"]) == 3 and r["seconds"] == pytest.approx(sum(r["repeat_seconds"]) / 3)
+        assert r["same_tokens_across_repeats"] is True
+    rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
+    pld = rows[("pld", "all")]
+    assert pld["repeats"] == 3 and results["meta"]["repeats"] == 3 and results["meta"]["repeat_token_mismatches"] == 0
+    assert pld["speedup_ci_low"] <= pld["speedup"] <= pld["speedup_ci_high"] and pld["ar_time_cv"] >= 0
+    assert isinstance(pld["timing_noisy"], bool)
+    assert rows[("ar", "all")]["verify_block"] == 1.0 and pld["verify_block"] >= 1.0
+    assert pld["cost_bound"] == pytest.approx(pld["mean_accepted_tokens"] / pld["cost_ratio"])
+
+
+def test_tokens_that_change_between_repeats_are_recorded(models, prompt_file, tmp_path, monkeypatch):
+    """A decoder whose second repeat answers differently (as nondeterministic kernels would): its rows say so."""
+    import specnoise.bench.runner as runner
+
+    def flaky(cfg, target, draft):
+        decoder = build(cfg, target, draft)
+        if cfg.name == "pld":
+            calls, generate = [], decoder.generate
+
+            def generate_differently(prompt, budget):
+                calls.append(1)
+                return generate(prompt, budget - 1 if len(calls) % 2 == 0 else budget)
+
+            decoder.generate = generate_differently
+        return decoder
+
+    build = runner.build_decoder
+    monkeypatch.setattr(runner, "build_decoder", flaky)
+    _, results, per_prompt = run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.repeats=2",
+                                 "benchmark.limit=1", "benchmark.cost_bound=false")
+    assert [r["same_tokens_across_repeats"] for r in per_prompt if r["decoder"] == "pld"] == [False]
+    assert results["meta"]["repeat_token_mismatches"] == 1
+
+
+def test_max_new_tokens_beyond_the_context_fails_before_loading(models, prompt_file, tmp_path, monkeypatch):
+    import specnoise.bench.runner as runner
+
+    def never(*args, **kwargs):
+        raise AssertionError("weights loaded")
+
+    monkeypatch.setattr(runner, "load_model", never)
+    with pytest.raises(UserError, match=r"max_new_tokens=100000 does not fit the context of model=small-code-msn "
+                                        r"\(1024 tokens.*lower benchmark.max_new_tokens below 1024$"):
+        run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file), "benchmark.max_new_tokens=100000")
+
+
+def test_a_draft_with_another_tokenizer_fails_before_the_target_loads(models, prompt_file, tmp_path, monkeypatch):
+    import specnoise.bench.runner as runner
+
+    other = save_tiny_model(tmp_path / "other", tokenizer=tiny_tokenizer(vocab_size=300), layers=1, hidden=32)
+    monkeypatch.setattr(runner, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    with pytest.raises(UserError, match="use different tokenizers"):
+        run(models, tmp_path / "run", "decoder=speculative", "draft.name=other", f"draft.path={other}",
+            *jsonl_args(prompt_file))
+    with pytest.raises(UserError, match=r"draft=nowhere: no model at /nope"):
+        run(models, tmp_path / "run", "decoder=speculative", "draft.name=nowhere", "draft.path=/nope",
+            *jsonl_args(prompt_file))
+
+
+def test_a_signal_during_the_wrap_up_follows_the_interrupt_contract(models, prompt_file, tmp_path, monkeypatch):
+    """New-user finding 2: SIGINT after the last prompt (here while the reference NLL is computed) ends in a partial
+    results.json and Interrupted (exit 130), and the same command finishes the job."""
+    import signal
+
+    import specnoise.bench.runner as runner
+    from specnoise.bench.progress import Interrupted
+
+    real = runner.reference_nlls
+
+    def interrupted_nlls(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # the handler only sets the flag: this stage still finishes
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "reference_nlls", interrupted_nlls)
+    with pytest.raises(Interrupted) as stop:
+        run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.limit=2")
+    assert stop.value.exit_code == 130
+    partial = json.loads((tmp_path / "results.json").read_text())
+    assert partial["complete"] is False and partial["interrupted"] == "SIGINT"
+    assert partial["progress"]["prompts"] == 2 and partial["rows"]  # every prompt was measured
+    monkeypatch.setattr(runner, "reference_nlls", real)
+    _, again, _ = run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.limit=2")
+    assert again["complete"] is True and again["progress"]["resumed"] == 2  # nothing timed twice

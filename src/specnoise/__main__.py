@@ -5,8 +5,11 @@ One job = compose and check the config, then run its stages in order: train (if 
 with neither, generate a completion of ``prompt``. ``task=report`` collects earlier runs instead;
 ``task=forward_cost`` times one target forward of q new tokens.
 
-A job holds its run directory's lock while it runs (a second job there refuses). Exit status: 0 done; 2 bad
-input (one line, and FAILED.json); 1 a crash (FAILED.json with the traceback, which is also shown) or, for a
+A job holds its run directory's lock while it runs (a second job there refuses). A run directory named on the
+command line (``hydra.run.dir=DIR``) is checked and locked by ``entry`` *before* Hydra writes anything into it, so a
+refused second job cannot rewrite the running job's ``.hydra/`` files or append to its log. Exit status: 0 done;
+2 bad input (one line, and FAILED.json), including what Hydra refuses before the job starts (an unknown option or
+preset, an unwritable run directory); 1 a crash (FAILED.json with the traceback, which is also shown) or, for a
 sweep, any failed job; 130 / 143 a benchmark stopped by SIGINT / SIGTERM (results.json of the finished prompts).
 """
 
@@ -31,6 +34,9 @@ from specnoise.files import RunDirBusy, RunLock, write_atomic
 
 log = logging.getLogger("specnoise")
 register()  # the schemas and the ${asset:} resolver, before Hydra composes anything
+NO_JOB_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc",
+                "--multirun", "-m", "--resolve", "-p", "--package")  # runs no job in a run dir of its own
+_state = {"started": False, "locked": None}  # whether Hydra reached the job; the run dir `entry` locked
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -86,9 +92,12 @@ def _fail(run_dir: Path, message: str, trace: str | None) -> None:
 def main(cfg: DictConfig) -> dict | None:
     from specnoise.bench.progress import Interrupted
 
+    _state["started"] = True
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    # accelerate's other ranks share rank 0's directory (training agrees on it), so only rank 0 locks it
-    lock = RunLock(run_dir) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
+    # accelerate's other ranks share rank 0's directory (training agrees on it), so only rank 0 locks it; `entry`
+    # may hold it already
+    held = _state["locked"] is not None and Path(_state["locked"]).resolve() == run_dir.resolve()
+    lock = RunLock(run_dir) if os.environ.get("RANK", "0") == "0" and not held else contextlib.nullcontext()
     try:
         with lock:
             (run_dir / "FAILED.json").unlink(missing_ok=True)  # an earlier attempt's failure; this one decides
@@ -111,5 +120,50 @@ def main(cfg: DictConfig) -> dict | None:
     return None
 
 
+def named_run_dir(args: list[str]) -> Path | None:
+    """The run directory a single job was given on the command line (None: Hydra picks a fresh timestamped one, or
+    the command runs no job, or the path is interpolated and only Hydra can resolve it)."""
+    if any(a.split("=")[0] in NO_JOB_FLAGS for a in args):
+        return None
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "hydra.run.dir" and value and "${" not in value:
+            return Path(value.strip("'\"")).expanduser()
+    return None
+
+
+def writable(run_dir: Path) -> None:
+    """Create ``run_dir`` and write in it once, or say in one line why not (Hydra would end in a traceback)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".specnoise-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"cannot write to the run directory {run_dir} ({err.strerror or err}): make it writable or "
+                        "set hydra.run.dir to a writable folder") from None
+
+
+def entry() -> None:
+    """``python -m specnoise`` and the ``specnoise`` script: checks and locks a named run directory, runs Hydra,
+    and maps what Hydra refuses before the job starts to exit status 2 (bad input) instead of Hydra's 1."""
+    run_dir = named_run_dir(sys.argv[1:])
+    try:
+        lock: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if run_dir is not None and os.environ.get("RANK", "0") == "0":
+            writable(run_dir)
+            lock = RunLock(run_dir)
+            _state["locked"] = str(run_dir)
+        with lock:
+            main()
+    except (RunDirBusy, UserError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except SystemExit as done:
+        if done.code == 1 and not _state["started"]:  # Hydra's own refusal: composition, override, run dir
+            sys.exit(2)
+        raise
+
+
 if __name__ == "__main__":
-    main()
+    entry()

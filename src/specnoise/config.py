@@ -413,6 +413,11 @@ class BenchmarkConfig:
     max_prompt_tokens: int | None = None  # None: the model's context minus max_new_tokens; longer: skipped
     threads: int | None = None  # torch intra-op threads while benchmarking (None: torch's default)
     strict_numerics: bool = False  # math-only attention, full-precision reductions for AR and every decoder
+    # times each prompt is timed per decoder, interleaved with AR (ABAB / BABA); > 1 gives AR's spread across
+    # repeats (ar_time_cv), and every repeat must give the same tokens
+    repeats: int = 1
+    bootstrap: int = 2000  # paired bootstrap resamples of the prompts for the speedup's 95% CI (seeded by `seed`)
+    cost_bound: bool = True  # after timing: count each decoder's verify block and time t(1), t(q) for MAT*t(1)/t(q)
 
     def __post_init__(self) -> None:
         check(self.limit is None or self.limit >= 1, "benchmark.limit", f"got {self.limit}, must be >= 1")
@@ -427,6 +432,8 @@ class BenchmarkConfig:
         check(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "benchmark.max_prompt_tokens",
               f"got {self.max_prompt_tokens}, must be >= 1")
         check(self.threads is None or self.threads >= 1, "benchmark.threads", f"got {self.threads}, must be >= 1")
+        at_least(self.repeats, "benchmark.repeats", 1)
+        at_least(self.bootstrap, "benchmark.bootstrap", 100)
         check(self.template is None or self.template in TEMPLATES, "benchmark.template",
               f"got {self.template!r}, expected one of {', '.join(TEMPLATES)}")
         check(self.name != "jsonl" or bool(self.path), "benchmark.path",

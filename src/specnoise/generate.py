@@ -9,7 +9,7 @@ import logging
 
 from omegaconf import DictConfig
 
-from specnoise.bench.runner import completion_text
+from specnoise.bench.measure import completion_text
 from specnoise.config import Config
 from specnoise.data.templates import encode_prompt, format_prompt
 from specnoise.decoding.base import build_decoder

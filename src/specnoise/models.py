@@ -113,12 +113,31 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
                        buckets=tuple(cfg.static_buckets))
 
 
+def model_context(cfg: ModelConfig, path: str | None = None) -> int:
+    """The model's context (positions) from its config alone, so a budget that cannot fit fails before the weights
+    load; unbounded (1 << 30) for architectures without learned or fixed positions."""
+    from transformers import AutoConfig
+
+    path = str(path or cfg.path)
+    try:
+        config = AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    except OSError as err:
+        raise unreachable(cfg, path, "model", err) from err
+    return int(getattr(config, "max_position_embeddings", 0) or 1 << 30)
+
+
 def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:
-    """Draft and target must map text to the same ids (vocab sizes may differ only by padding rows)."""
-    tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    check_same_vocab(target.tokenizer, draft.tokenizer, target.name, draft.name)
+
+
+def check_same_vocab(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase, target_name: str,
+                     draft_name: str) -> None:
+    """Draft and target must map text to the same ids (vocab sizes may differ only by padding rows); checked on
+    the tokenizers alone, before any weights load."""
+    tv, dv = target.get_vocab(), draft.get_vocab()
     if tv != dv:
         only_t = len(set(tv.items()) - set(dv.items()))
         raise UserError(
-            f"draft {draft.name!r} and target {target.name!r} use different tokenizers ({only_t} target tokens map "
+            f"draft {draft_name!r} and target {target_name!r} use different tokenizers ({only_t} target tokens map "
             "differently): speculative decoding needs a draft that shares the target's vocabulary"
         )

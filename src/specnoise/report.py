@@ -19,10 +19,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never a display, also on a head node
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from specnoise.bench.timing import ADVICE  # noqa: E402
 from specnoise.config import Config, ReportConfig, UserError  # noqa: E402
 from specnoise.files import write_atomic
 
@@ -30,10 +32,15 @@ log = logging.getLogger("specnoise.report")
 
 ROW_KEYS = ("decoder", "model", "draft", "benchmark", "category")
 METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_accepted_tokens", "tokens_per_second",
-           "ar_tokens_per_second", "speedup", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric",
-           "ref_nll")
-TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup",
-                 "lossless_fraction", "mismatch_fraction", "task_score", "ref_nll")
+           "ar_tokens_per_second", "speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing_noisy",
+           "repeats", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric", "ref_nll",
+           "target_seconds", "draft_seconds", "other_seconds", "verify_block", "cost_ratio", "cost_bound",
+           "speedup_exceeds_mat")
+TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup", "speedup_ci",
+                 "timing_noisy", "lossless_fraction", "mismatch_fraction", "task_score", "ref_nll")
+# where the time goes, and what the machine allows (bench/bound.py): one table per report when measured
+TIME_COLUMNS = ("category", "seconds", "target_seconds", "draft_seconds", "other_seconds", "mean_accepted_tokens",
+                "verify_block", "cost_ratio", "cost_bound", "speedup", "speedup_exceeds_mat")
 GROUP_KEYS = ("model", "draft", "benchmark")  # row fields that tell jobs apart before any override does
 ROW_FIELDS = frozenset(ROW_KEYS + METRICS)
 TRAIN_KEYS = ("stage", "steps", "train_loss", "heldout_loss", "train_seconds", "parameters")  # train_results.json
@@ -47,6 +54,7 @@ class Job:
     error: str | None = None
     note: str = ""
     train: dict = field(default_factory=dict)  # train_results.json of a job that trained
+    calibration: str | None = None  # results.json meta.calibration_warning (hf_greedy far from our AR)
 
 
 # ------------------------------------------------------------------------------------------- collect
@@ -102,6 +110,7 @@ def read_job(job_dir: Path) -> Job | None:
         try:
             data = json.loads(results.read_text())
             job.rows = list(data["rows"])
+            job.calibration = (data.get("meta") or {}).get("calibration_warning")
             job.overrides.setdefault("experiment", data.get("config", {}).get("experiment"))
             if data.get("complete") is False:  # stopped by a signal; rerunning it in its directory continues it
                 done = data.get("progress", {})
@@ -170,8 +179,10 @@ def override_columns(df: pd.DataFrame, jobs: list[Job]) -> list[str]:
     return [k for k in keys if k in df]
 
 
-def sweep_key(df: pd.DataFrame, cols: list[str], x: str | None) -> str | None:
-    """report.x if given; else the first swept key whose values are all numbers."""
+def sweep_key(df: pd.DataFrame, cols: list[str], x: str | None, others: list[str] = ()) -> str | None:
+    """report.x if given; else the first swept key whose values are all numbers and that varies on its own: among
+    jobs that agree on every other setting in ``others``, it takes two values or more. A key that only differs
+    between jobs of different kinds (HumanEval jobs with limit 6, Spec-Bench jobs with limit 1) is no axis."""
     if x == "off":
         return None
     if x:
@@ -180,9 +191,18 @@ def sweep_key(df: pd.DataFrame, cols: list[str], x: str | None) -> str | None:
         return x
     for col in cols:
         values = df[col].dropna()
-        if values.nunique() > 1 and pd.to_numeric(values, errors="coerce").notna().all():
+        if values.nunique() > 1 and pd.to_numeric(values, errors="coerce").notna().all() and \
+                varies_alone(df, col, [c for c in others if c != col]):
             return col
     return None
+
+
+def varies_alone(df: pd.DataFrame, col: str, others: list[str]) -> bool:
+    keys = [c for c in others if c in df and df[c].nunique(dropna=False) > 1]
+    if not keys:
+        return True
+    groups = df[keys].astype(str).agg("|".join, axis=1)
+    return bool((df.groupby(groups)[col].nunique() > 1).any())
 
 
 def label(df: pd.DataFrame, cols: list[str]) -> pd.Series:
@@ -206,9 +226,9 @@ def tables(df: pd.DataFrame, ids: list[str], metrics: list[str]) -> dict[str, pd
     out: dict[str, pd.DataFrame] = {}
     if df.empty:
         return out
-    main = df[df["category"] == "all"] if "category" in df else df
+    main = shown_columns(df[df["category"] == "all"] if "category" in df else df)
     trained = ["train_heldout_loss"] if "train_heldout_loss" in df and df["train_heldout_loss"].notna().any() else []
-    cols = [c for c in ids + ["decoder"] + [m for m in TABLE_METRICS if m in df] + trained if c in df]
+    cols = [c for c in ids + ["decoder"] + [m for m in TABLE_METRICS if m in main] + trained if c in main]
     out["main"] = main[list(dict.fromkeys(cols))].reset_index(drop=True)
     if has_categories(df):
         order = [c for c in df["category"].unique() if c != "all"] + ["all"]
@@ -218,6 +238,43 @@ def tables(df: pd.DataFrame, ids: list[str], metrics: list[str]) -> dict[str, pd
                 pivot = df.pivot_table(index=index, columns="category", values=metric, aggfunc="mean", sort=False)
                 out[f"{metric} by category"] = pivot.reindex(columns=order).reset_index()
     return out
+
+
+def shown_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """The speedup's CI as one readable cell, and NOISY where the timing alarm went off (bench/timing.py)."""
+    if "speedup_ci_low" in df:
+        df = df.assign(speedup_ci=[f"{lo:.3g}-{hi:.3g}" if pd.notna(lo) and pd.notna(hi) else ""
+                                   for lo, hi in zip(df["speedup_ci_low"], df["speedup_ci_high"])])
+    if "timing_noisy" in df:
+        df = df.assign(timing_noisy=df["timing_noisy"].map(lambda v: "NOISY" if v is True else ""))
+    return df
+
+
+def time_table(df: pd.DataFrame, ids: list[str]) -> pd.DataFrame | None:
+    """Where each decoder's time went and its cost-model bound; None when no job measured them."""
+    measured = [c for c in ("target_seconds", "cost_bound") if c in df and df[c].notna().any()]
+    if not measured:
+        return None
+    cols = [c for c in ids if c != "category"] + ["decoder"] + [c for c in TIME_COLUMNS if c in df]
+    return df[list(dict.fromkeys(cols))].reset_index(drop=True)
+
+
+def noise_notes(df: pd.DataFrame, jobs: list[Job], ids: list[str]) -> list[str]:
+    """report.md's warnings: the noisy rows with what to do, hf_greedy calibrations, speedups above MAT."""
+    lines: list[str] = []
+    name = lambda r: " ".join(str(r[c]) for c in [*ids, "decoder", "category"] if c in r)  # noqa: E731
+    if "timing_noisy" in df and (df["timing_noisy"] == True).any():  # noqa: E712 (None / NaN are not noisy)
+        rows = df[df["timing_noisy"] == True]  # noqa: E712
+        lines += ["", "## Timing noise", "", ADVICE, ""] + [f"- {name(r)}" for _, r in rows.iterrows()]
+    calibrations = [j for j in jobs if j.calibration]
+    if calibrations:
+        lines += ["", "## Calibration", ""] + [f"- {j.path}: {j.calibration}" for j in calibrations]
+    if "speedup_exceeds_mat" in df and (df["speedup_exceeds_mat"] == True).any():  # noqa: E712
+        rows = df[df["speedup_exceeds_mat"] == True]  # noqa: E712
+        lines += ["", "## Speedup above mean accepted tokens", "",
+                  "No decoder can beat AR by more than the tokens it accepts per target forward: these rows are "
+                  "timing artefacts.", ""] + [f"- {name(r)}" for _, r in rows.iterrows()]
+    return lines
 
 
 def has_categories(df: pd.DataFrame) -> bool:
@@ -240,13 +297,25 @@ def plot_bars(df: pd.DataFrame, hue: list[str], metrics: list[str], path: Path, 
     for ax, metric in zip(axes[:, 0], metrics):
         data = df.assign(group=series).pivot_table(index=by, columns="group", values=metric, aggfunc="mean",
                                                    sort=False)
-        data.plot.bar(ax=ax, rot=30 if ticks > 4 else 0, legend=bool(hue), width=0.8)
+        data.plot.bar(ax=ax, rot=30 if ticks > 4 else 0, legend=bool(hue), width=0.8, capsize=3,
+                      yerr=ci_errors(df.assign(group=series), data, by) if metric == "speedup" else None)
         if ticks > 4:
             plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
         ax.set_ylabel(metric)
         ax.set_xlabel("")
         _finish_axes(ax, metric, hue)
     _save(fig, path)
+
+
+def ci_errors(df: pd.DataFrame, data: pd.DataFrame, by: str):
+    """The speedup CI as asymmetric error bars for ``data`` (rows: ``by``, columns: groups): an array of shape
+    (groups, 2, rows) as pandas wants it; None when no row has a CI."""
+    if "speedup_ci_low" not in df or df["speedup_ci_low"].isna().all():
+        return None
+    bounds = [df.pivot_table(index=by, columns="group", values=c, aggfunc="mean", sort=False).reindex_like(data)
+              for c in ("speedup_ci_low", "speedup_ci_high")]
+    below, above = (data - bounds[0]).clip(lower=0).fillna(0), (bounds[1] - data).clip(lower=0).fillna(0)
+    return np.stack([below.T.to_numpy(), above.T.to_numpy()], axis=1)
 
 
 def _finish_axes(ax, metric: str, hue: list[str]) -> None:
@@ -277,10 +346,12 @@ def plot_sweep(df: pd.DataFrame, x: str, hue: list[str], metrics: list[str], pat
     _save(fig, path)
 
 
-def markdown(title: str, sections: dict[str, pd.DataFrame], jobs: list[Job], plots: list[Path]) -> str:
+def markdown(title: str, sections: dict[str, pd.DataFrame], jobs: list[Job], plots: list[Path],
+             notes: list[str] = ()) -> str:
     lines = [f"# {title}", ""]
     ok = [j for j in jobs if j.rows]
     lines.append(f"{len(jobs)} jobs: {len(ok)} with results, {sum(j.error is not None for j in jobs)} failed.")
+    lines += notes
     for name, table in sections.items():
         lines += ["", f"## {'Results (category all)' if name == 'main' else name}", "",
                   _fmt(table).to_markdown(index=False)]
@@ -332,11 +403,14 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
     for col in [c for c in (*GROUP_KEYS, *swept) if c in df and not pd.api.types.is_numeric_dtype(df[c])]:
         df[col] = df[col].fillna("none")  # `draft: null` is a setting like any other; pivots drop NaN keys
     hue = varying(df, [c for c in GROUP_KEYS] + swept)
-    x = sweep_key(df, swept, cfg.x) if not df.empty else None
+    x = sweep_key(df, swept, cfg.x, [*GROUP_KEYS, *swept]) if not df.empty else None
     metrics = [m for m in cfg.metrics if m in df and df[m].notna().any()]
     sections = tables(df, [c for c in hue if c != x] + ([x] if x else []), cfg.metrics)
     if not cfg.categories:
         sections = {k: v for k, v in sections.items() if k == "main"}
+    times = time_table(df, hue)
+    if times is not None:
+        sections["where the time goes (seconds; cost_bound = MAT x t(1) / t(q) on the job's machine)"] = times
 
     plots: list[Path] = []
     shown = df[df["decoder"] != "ar"] if "decoder" in df else df  # AR is the dashed line at 1.0
@@ -345,7 +419,7 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
         decoder = ["decoder"] if shown["decoder"].nunique() > 1 else []  # a line or colour per decoder
         plot_bars(main, [c for c in hue if not c.endswith("decoder")], metrics, out_dir / "decoders.png")
         plots.append(out_dir / "decoders.png")
-        if cfg.categories and len(sections) > 1:
+        if cfg.categories and any(k.endswith(" by category") for k in sections):
             cats = shown[shown["category"] != "all"]
             for metric in metrics:
                 plot_bars(cats, [c for c in hue if not c.endswith("decoder")] + decoder, [metric],
@@ -358,16 +432,22 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
 
     columns = ["job"] + swept + [c for c in df.columns if c not in swept and c != "job"]
     write_atomic(out_dir / "report.csv", lambda tmp: df.reindex(columns=columns).to_csv(tmp, index=False))
-    md = markdown(title, sections, jobs, plots)
+    notes = noise_notes(df, jobs, hue) if not df.empty else []
+    md = markdown(title, sections, jobs, plots, notes)
     write_atomic(out_dir / "report.md", md)
-    print_console(sections, jobs, out_dir)
+    print_console(sections, jobs, out_dir, noisy=any(line.startswith("## Timing noise") for line in notes))
     return out_dir / "report.md"
 
 
-def print_console(sections: dict[str, pd.DataFrame], jobs: list[Job], out_dir: Path) -> None:
+def print_console(sections: dict[str, pd.DataFrame], jobs: list[Job], out_dir: Path, noisy: bool = False) -> None:
     main = sections.get("main")
     if main is not None and not main.empty:
         print("\n" + _fmt(main).to_string(index=False))
+    if noisy:
+        print(f"\nNOISY TIMING: {ADVICE}")
+    for job in jobs:
+        if job.calibration:
+            print(f"CALIBRATION {job.path}: {job.calibration}")
     for job in jobs:
         if job.error is not None:
             print(f"FAILED {job.path}: {job.error}")

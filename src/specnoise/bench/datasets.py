@@ -80,7 +80,8 @@ def _read(p: Path) -> list[Record]:
             try:
                 data = json.load(f)
             except json.JSONDecodeError as err:
-                raise UserError(f"{p}, line {err.lineno}: not valid JSON ({err.msg})") from err
+                raise UserError(f"{p}, line {err.lineno}, column {err.colno}: not valid JSON "
+                                f"({json_error(err)})") from err
         if isinstance(data, dict) and isinstance(data.get("data"), list):
             data = data["data"]
         if not isinstance(data, list):
@@ -95,8 +96,14 @@ def _read(p: Path) -> list[Record]:
                 try:
                     rows.append((f"{p}, line {i}", json.loads(line)))
                 except json.JSONDecodeError as err:
-                    raise UserError(f"{p}, line {i}: not valid JSON ({err.msg}); one JSON object per line") from err
+                    raise UserError(f"{p}, line {i}, column {err.pos + 1}: not valid JSON ({json_error(err)}); "
+                                    "one JSON object per line") from err
     return rows
+
+
+def json_error(err: json.JSONDecodeError) -> str:
+    # some of json's messages end in "at", written to be followed by the position the message no longer carries
+    return err.msg.removesuffix(" at")
 
 
 def hub_records(cfg: BenchmarkConfig) -> list[Record]:

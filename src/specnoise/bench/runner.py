@@ -1,25 +1,26 @@
-"""The benchmark runner: every decoder against the AR baseline on the same prompts, timed in pairs.
+"""The benchmark job: every decoder against the AR baseline on the same prompts, timed in pairs.
 
-Protocol (DESIGN.md, "Contracts"):
-  * warm-up: ``benchmark.warmup`` generations of the first prompt with every decoder, discarded; then
-    ``reset_history()`` so nothing learnt in the warm-up (Ouroboros' phrase pool) helps the measured prompts;
-  * batch size 1; for every prompt AR and each decoder run back to back in this process, AR first on even
-    prompts and last on odd ones, so slow drift of the machine cancels;
-  * one budget for all: ``decoder.max_new_tokens`` or else ``benchmark.max_new_tokens``; tokens are counted
-    as ids on both sides; ``Decoder.generate`` times the decode call itself (synchronised on GPU);
-    ``benchmark.threads`` pins torch's intra-op threads (1 is far steadier for tiny models on a shared CPU);
-  * multi-turn samples: turn k is asked after the decoder's *own* answer to turn k-1 (the same text as AR's
-    whenever the decoder is lossless);
-  * a prompt longer than ``benchmark.max_prompt_tokens`` (default: the model's context minus the budget) is
-    skipped, counted in ``results.json`` ("skipped") and logged: a long benchmark should not die on one
-    oversized article, and the count keeps the skip visible.
+``run_benchmark`` reads top to bottom as its four stages:
 
-  * ``benchmark.limit`` counts the prompts that fit: over-long ones are passed over until ``limit`` fit.
+1. **set up** (``set_up``): the decoders' configs (plain dataclasses from ``config.DECODER_SCHEMAS``: no Hydra
+   here), the prompts, the budget against the model's context and the draft's tokenizer (checked on the configs
+   and tokenizers, before any weights load), then the models, decoders and cache reservation;
+2. **measure** (``measure.py``): warm-up, then every prompt with AR and each decoder back to back,
+   ``benchmark.repeats`` times in ABAB / BABA order; each finished sample is appended to ``per_prompt.jsonl``;
+3. **wrap up and write** (``wrap_up``, ``write_results``): task scores, the reference NLL, the divergence audit
+   and the cost-model bound (all after the timing), then ``results.json`` with one row per decoder and category,
+   each with its speedup's bootstrap CI and noise alarm (``timing.py``);
+4. **report and track** (``print_summary``, ``track``): the console table with the noise advice, then wandb.
 
-Writes ``per_prompt.jsonl`` (one row per prompt turn and decoder) sample by sample as each finishes, and at the
-end ``results.json`` (config + one row per decoder and category, plus "all"); prints a table; sends the same to
-wandb. SIGINT / SIGTERM stop the run cleanly with a partial ``results.json`` ("complete": false); the same
-command in the same run directory continues it (``progress.py``).
+Protocol (DESIGN.md, "Contracts"): batch size 1; one budget for all (``decoder.max_new_tokens`` or else
+``benchmark.max_new_tokens``); tokens are counted as ids on both sides; ``Decoder.generate`` times the decode call
+itself (synchronised on GPU); ``benchmark.threads`` pins torch's intra-op threads; multi-turn samples ask turn k
+after the decoder's *own* answer to turn k-1; a prompt longer than ``benchmark.max_prompt_tokens`` (default: the
+model's context minus the budget) is skipped and counted (``benchmark.limit`` counts the prompts that fit).
+
+SIGINT / SIGTERM anywhere in the job (loading, timing, scoring, audit, writing) stop it cleanly: results.json of
+the finished samples ("complete": false) and ``Interrupted`` (exit 130 / 143); the same command in the same run
+directory continues it (``progress.py``).
 """
 
 from __future__ import annotations
@@ -29,78 +30,48 @@ import logging
 import platform
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
 
-import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from specnoise.bench import timing
 from specnoise.bench.audit import audit_divergences, audit_fields, first_divergence, mismatch_fraction
 from specnoise.bench.datasets import Sample, dialogue_text, first_that_fit, load_samples
 from specnoise.bench.engines import add_speedup_vs_best_ar, engine_meta
-from specnoise.bench.progress import Interrupted, PromptLog, stop_on_signals
+from specnoise.bench.measure import Turn, measure
+from specnoise.bench.progress import Interrupted, PromptLog, Stop, stop_on_signals
 from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
-from specnoise.config import ARConfig, Config, DecoderConfig, UserError, config_dir
+from specnoise.config import DECODER_SCHEMAS, ARConfig, Config, DecoderConfig, UserError
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
 from specnoise.decoding.kv import self_test
 from specnoise.files import write_atomic
-from specnoise.models import check_same_tokenizer, load_model
+from specnoise.models import LoadedModel, check_same_vocab, load_model, load_tokenizer, model_context
 from specnoise.numerics import describe, use_numerics
-from specnoise.tracking import start_run
 
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
 TABLE_COLUMNS = ["decoder", "category", "prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second",
-                 "speedup", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric", "ref_nll"]
-
-
-@dataclass
-class Turn:
-    """One decoder on one turn of one sample."""
-
-    prompt: list[int]
-    out: DecodeOutput
-    text: str  # the completion, decoded
-
-
-@dataclass
-class Measured:
-    """Everything a benchmark run measured, and what the result files are computed from."""
-
-    conf: Config
-    samples: list[Sample]  # those that were run
-    runs: dict[str, dict[str, list[Turn]]]  # decoder -> sample id -> turns ("ar" first)
-    budget: int
-    lossless: bool  # greedy and benchmark.check_lossless: compare every decoder's tokens with AR's
-    model: str  # the target's name in the rows: a model this job trained is named after its run
-    answers: dict[tuple[str, str], Answer] = field(default_factory=dict)  # (decoder, sample id) -> last answer
-    scores: dict[tuple[str, str], dict | None] = field(default_factory=dict)
-    refs: dict[str, RefNLL] = field(default_factory=dict)  # sample id -> NLL of its reference (model only)
-    audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
-
-    def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
-        return [t.out.tokens for t in self.runs[decoder][sample.id]]
+                 "speedup", "speedup_ci_low", "speedup_ci_high", "timing_noisy", "lossless_fraction",
+                 "mismatch_fraction", "task_score", "score_metric", "ref_nll"]
+TRACKED = ["speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing_noisy", "repeats",
+           "mean_accepted_tokens", "tokens_per_second", "lossless_fraction", "task_score", "ref_nll", "sb_speedup",
+           "sb_tokens_per_second", "target_seconds", "draft_seconds", "other_seconds", "cost_bound",
+           "speedup_exceeds_mat"]
 
 
 # ------------------------------------------------------------------------------------------ set-up
-def compose_decoder(name: str) -> DecoderConfig:
-    """The dataclass of decoder option ``name`` as its YAML defines it (Hydra's compose API)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    if not GlobalHydra.instance().is_initialized():  # called outside the running app (tests, notebooks)
-        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            return compose_decoder(name)
-    return OmegaConf.to_object(compose(config_name="config", overrides=[f"decoder={name}"]).decoder)
-
-
 def decoder_configs(conf: Config) -> list[DecoderConfig]:
-    """AR baseline first, then ``decoder`` and every ``decoders`` option (sharing budget, sampling and seed)."""
+    """AR baseline first, then ``decoder`` and every ``decoders`` option (sharing budget, sampling and seed).
+
+    A ``decoders`` entry is a schema name (Config checks it), built from its dataclass's defaults, which are what
+    its YAML option sets (tests/test_config.py holds them equal)."""
     shared = {k: getattr(conf.decoder, k) for k in SHARED_FIELDS}
     configs = [conf.decoder if conf.decoder.name == "ar" else ARConfig(**shared)]
     for name in dict.fromkeys([conf.decoder.name, *conf.decoders]):
@@ -108,39 +79,53 @@ def decoder_configs(conf: Config) -> list[DecoderConfig]:
             continue
         if decoder_class(name).needs_draft and conf.draft.name == "none":
             raise UserError(f"decoder={name} needs a draft model: set draft=NAME or pair=NAME")
-        configs.append(conf.decoder if name == conf.decoder.name else replace(compose_decoder(name), **shared))
+        configs.append(conf.decoder if name == conf.decoder.name else replace(DECODER_SCHEMAS[name](), **shared))
     return configs
 
 
-def completion_text(tokenizer, prompt: list[int], new: list[int]) -> str:
-    """Decode ``new`` in the context of the prompt, so a tokenizer that drops a leading space when decoding a
-    fragment on its own (SentencePiece) cannot break the indentation of generated code."""
-    head = tokenizer.decode(prompt, skip_special_tokens=True)
-    full = tokenizer.decode(prompt + new, skip_special_tokens=True)
-    return full[len(head):] if full.startswith(head) else tokenizer.decode(new, skip_special_tokens=True)
+@dataclass
+class Setup:
+    """What the measurement needs: the loaded decoders and the prompts that fit, encoded on demand."""
+
+    conf: Config
+    target: LoadedModel
+    decoders: dict[str, Decoder]  # "ar" first
+    samples: list[Sample]  # the prompts that fit, at most benchmark.limit
+    skipped: list[str]  # ids of over-long prompts
+    budget: int
+    limit: int  # the longest prompt that fits
+    template: str
+    encode: Callable[[Sample, list[str]], list[int]]  # a sample's prompt after the given answers
 
 
-# ------------------------------------------------------------------------------------------ the run
-def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str | None = None) -> Path:
-    """Benchmark ``conf.decoder`` (and ``conf.decoders``) against AR; returns the path of results.json.
-    Raises ``Interrupted`` (after writing results.json from the finished samples) on SIGINT / SIGTERM."""
-    run_dir = Path(run_dir)
+def check_before_loading(conf: Config, model_path: str | None, budget: int) -> None:
+    """What the configs and tokenizers alone can refute, before any weights load (minutes for a large model)."""
+    context = model_context(conf.model, model_path)
+    if budget >= context:
+        raise UserError(f"benchmark.max_new_tokens={budget} does not fit the context of model={conf.model.name} "
+                        f"({context} tokens, from its config.json), which must also hold the prompt: lower "
+                        f"benchmark.max_new_tokens below {context}")
+    if conf.draft.name != "none":  # the draft's path and its tokenizer, not after the target's weights
+        check_same_vocab(load_tokenizer(conf.model, model_path), load_tokenizer(conf.draft, role="draft"),
+                         conf.model.name, conf.draft.name)
+
+
+def set_up(conf: Config, model_path: str | None) -> Setup:
     bench = conf.benchmark
     if bench.threads:  # tiny models on a shared CPU run far steadier on one thread
         torch.set_num_threads(bench.threads)
     configs = decoder_configs(conf)  # fails fast on a decoder that needs a missing draft
     template = bench.template or conf.model.template
     samples = load_samples(bench, template)
+    budget = conf.decoder.max_new_tokens or bench.max_new_tokens
+    check_before_loading(conf, model_path, budget)
 
     target = load_model(conf.model, model_path)
     draft = load_model(conf.draft, role="draft") if conf.draft.name != "none" else None
-    if draft is not None:
-        check_same_tokenizer(target, draft)
     for loaded in filter(None, (target, draft)):
         use_numerics(loaded.model, strict=bench.strict_numerics)
         self_test(loaded.model)
     decoders = {c.name: build_decoder(c, target, draft) for c in configs}
-    budget = conf.decoder.max_new_tokens or bench.max_new_tokens
     context = decoders["ar"].target.max_length
     limit = min(bench.max_prompt_tokens or context, context - budget)
     tokenizer = target.tokenizer
@@ -157,75 +142,122 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
     if not kept:
         raise UserError(f"no prompt of benchmark={bench.name} fits in {limit} tokens (the model's context of "
                         f"{context} minus max_new_tokens={budget}, or benchmark.max_prompt_tokens): lower "
-                        "max_new_tokens, raise benchmark.max_prompt_tokens or use a model with a longer context")
+                        "benchmark.max_new_tokens, or raise benchmark.max_prompt_tokens if it is below that")
 
     # a static cache is sized (and compiled) once, for the longest generation, before anything is timed: a later
     # turn holds the earlier turns and their answers (at most ``budget`` tokens each, a few more where text joins)
     longest = min(context, max(len(encode(s, [""] * (len(s.turns) - 1))) + (budget + 8) * len(s.turns) for s in kept))
     for decoder in decoders.values():
         decoder.reserve(longest)
+    return Setup(conf, target, decoders, kept, skipped, budget, limit, template, encode)
 
-    # ---- measure: samples finished by an earlier attempt in this run_dir are read back, the others run
-    names = list(decoders)  # "ar" first
+
+# ------------------------------------------------------------------------------------------ the run
+@dataclass
+class Measured:
+    """Everything a benchmark run measured, and what the result files are computed from."""
+
+    conf: Config
+    samples: list[Sample]  # those that were run
+    runs: dict[str, dict[str, list[Turn]]]  # decoder -> sample id -> turns ("ar" first)
+    budget: int
+    lossless: bool  # greedy and benchmark.check_lossless: compare every decoder's tokens with AR's
+    model: str  # the target's name in the rows: a model this job trained is named after its run
+    resumed: int = 0  # samples read back from an earlier attempt
+    wall: float = 0.0
+    answers: dict[tuple[str, str], Answer] = field(default_factory=dict)  # (decoder, sample id) -> last answer
+    scores: dict[tuple[str, str], dict | None] = field(default_factory=dict)
+    refs: dict[str, RefNLL] = field(default_factory=dict)  # sample id -> NLL of its reference (model only)
+    audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
+    bounds: dict[str, dict] = field(default_factory=dict)  # decoder -> verify block and t(1), t(q) (bound.py)
+
+    def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
+        return [t.out.tokens for t in self.runs[decoder][sample.id]]
+
+
+def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str | None = None) -> Path:
+    """Benchmark ``conf.decoder`` (and ``conf.decoders``) against AR; returns the path of results.json.
+    Raises ``Interrupted`` (after writing results.json from the finished samples) on SIGINT / SIGTERM."""
+    run_dir = Path(run_dir)
+    with stop_on_signals() as stop:
+        setup = set_up(conf, model_path)
+        m = run_measurement(setup, cfg, run_dir, stop)
+        wrap_up(setup, m, stop)
+        path, rows, per_prompt = write_results(setup, m, cfg, run_dir, stop)
+        if stop.signal:
+            raise Interrupted(stop.signal)
+        print_summary(rows, path)
+        track(conf, cfg, run_dir, rows, per_prompt)
+        if stop.signal:  # during tracking: results.json is whole, but the job was asked to stop
+            raise Interrupted(stop.signal)
+    return path
+
+
+def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) -> Measured:
+    """Samples finished by an earlier attempt in ``run_dir`` are read back, the others measured."""
+    conf, bench = setup.conf, setup.conf.benchmark
+    names = list(setup.decoders)
     run_dir.mkdir(parents=True, exist_ok=True)
     prompt_log = PromptLog(run_dir, cfg, names)  # refuses to continue a run with other settings
     label = conf.model.name if conf.train.name == "none" else f"{conf.model.name}+{conf.train.name}@{run_dir.name}"
-    m = Measured(conf, kept, {name: {} for name in names}, budget,
+    m = Measured(conf, setup.samples, {name: {} for name in names}, setup.budget,
                  lossless=bench.check_lossless and conf.decoder.temperature == 0, model=label)
-    for s in kept:
+    for s in setup.samples:
         if s.id in prompt_log.finished:
             for name in names:
-                m.runs[name][s.id] = restore_turns(prompt_log.finished[s.id], name, s, encode)
-    todo = [(i, s) for i, s in enumerate(kept) if s.id not in m.runs["ar"]]
+                m.runs[name][s.id] = restore_turns(prompt_log.finished[s.id], name, s, setup.encode)
+    todo = [(i, s) for i, s in enumerate(setup.samples) if s.id not in m.runs["ar"]]
+    m.resumed = len(setup.samples) - len(todo)
+
+    def finished(sample: Sample, turns: dict[str, list[Turn]]) -> None:
+        for name in names:
+            m.runs[name][sample.id] = turns[name]
+        prompt_log.append(sample_rows(m, sample))
 
     started = time.time()
-    total = sum(len(s.turns) for s in kept) * len(names)
-    with stop_on_signals() as stop, tqdm(total=total, desc=f"bench {bench.name}", unit="gen") as bar:
-        bar.update(sum(len(turns) for turns in m.runs["ar"].values()) * len(names))
-        if todo:
-            warm_up(decoders, encode(todo[0][1], []), budget, bench.warmup)
-        for i, sample in todo:
-            order = names if i % 2 == 0 else names[1:] + names[:1]  # AR first on even prompts, last on odd
-            turns = run_sample(sample, decoders, order, budget, limit, encode, tokenizer, bar, stop)
-            if turns is None:
-                break  # stopped inside the sample: dropped, it runs again when the run continues
-            for name in names:
-                m.runs[name][sample.id] = turns[name]
-            prompt_log.append(sample_rows(m, sample))
-    wall = time.time() - started
+    total = sum(len(s.turns) for s in setup.samples) * len(names) * bench.repeats
+    with tqdm(total=total, desc=f"bench {bench.name}", unit="gen") as bar:
+        bar.update(sum(len(turns) for turns in m.runs["ar"].values()) * len(names) * bench.repeats)
+        measure(todo, setup.decoders, setup.budget, setup.limit, bench.repeats, bench.warmup, setup.encode,
+                setup.target.tokenizer, finished, bar, stop)
+    m.wall = time.time() - started
+    m.samples = [s for s in setup.samples if s.id in m.runs["ar"]]
+    return m
 
-    # ---- results of the finished samples (all of them, unless a signal stopped the loop)
-    m.samples = [s for s in kept if s.id in m.runs["ar"]]
-    score(m)
-    # after timing: the reference likelihood (model only) and, per divergent prompt, one forward of AR's prefix
-    m.refs = reference_nlls(target.model, tokenizer, m.samples, lambda s: dialogue_text(s, template, [], tokenizer))
-    m.audits = audit_divergences(m.runs, target.model) if m.lossless else {}
-    rows, per_prompt = add_speedup_vs_best_ar(summary_rows(m)) if m.samples else [], prompt_rows(m)
-    results = {
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "complete": not stop.signal, "interrupted": stop.signal,
-        "progress": {"prompts": len(m.samples), "of": len(kept), "resumed": len(kept) - len(todo)},
-        "rows": rows,
-        "skipped": {"prompts": len(skipped), "ids": skipped, "max_prompt_tokens": limit,
-                    "turns": sum(len(s.turns) - len(m.runs["ar"][s.id]) for s in m.samples)},
-        "meta": {"max_new_tokens": budget, "template": template, "warmup": bench.warmup, "wall_seconds": wall,
-                 "model_path": target.path, "device": str(target.device), "dtype": str(target.model.dtype),
-                 "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
-                 **engine_meta(decoders.values()),
-                 "decoders": {n: d.meta for n, d in decoders.items() if getattr(d, "meta", None)}},  # e.g. tree=auto
-    }
-    results["meta"].update(describe(target.model))  # attention backends, strict numerics, device, versions
-    path = run_dir / "results.json"
-    write_atomic(run_dir / "per_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in per_prompt))  # with scores
-    write_atomic(path, json.dumps(results, indent=2))
-    if stop.signal:
-        raise Interrupted(stop.signal)
-    table = pd.DataFrame(rows)
-    shown = table[TABLE_COLUMNS].astype(object)
-    print(shown.where(shown.notna(), None).to_markdown(index=False, floatfmt=".3f", missingval="-"))
-    log.info("results: %s", path)
-    track(conf, cfg, run_dir, table, pd.DataFrame(per_prompt))
-    return path
+
+def wrap_up(setup: Setup, m: Measured, stop: Stop) -> None:
+    """After the timing: scores, reference NLL, the divergence audit and the cost-model bound, for the finished
+    samples (also when a signal stopped the timing). A signal that arrives *during* the wrap-up skips what is left
+    (results.json then says "complete": false, and the continued run does the wrap-up again); a second one stops
+    the stage in flight."""
+    target, tokenizer = setup.target, setup.target.tokenizer
+    stages = [
+        lambda: score(m),
+        lambda: setattr(m, "refs", reference_nlls(target.model, tokenizer, m.samples,
+                                                  lambda s: dialogue_text(s, setup.template, [], tokenizer))),
+        lambda: setattr(m, "audits", audit_divergences(m.runs, target.model) if m.lossless else {}),
+        lambda: setattr(m, "bounds", measure_bounds(setup, m) if not stop.signal else {}),  # timing: quiet job only
+    ]
+    timing_stopped = stop.signal
+    try:
+        for stage in stages:
+            if not m.samples or stop.signal != timing_stopped:
+                return
+            stage()
+    except Interrupted as second:
+        stop.signal = stop.signal or second.name
+
+
+def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
+    """bound.py's probe, unless switched off or blind (compiled engines replay graphs the hook cannot see)."""
+    if not setup.conf.benchmark.cost_bound or engine_meta(setup.decoders.values())["compile"]:
+        return {}
+    from specnoise.bench.bound import bounds
+
+    longest = max(m.samples, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens))  # the most steps to count
+    lengths = [len(setup.encode(s, [])) for s in m.samples]
+    return bounds(setup.decoders, setup.target.model, setup.encode(longest, []), setup.budget,
+                  cache_len=int(fmean(lengths)) + setup.budget // 2)
 
 
 def score(m: Measured) -> None:
@@ -237,48 +269,62 @@ def score(m: Measured) -> None:
     m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), m.conf.benchmark))) if m.answers else {}
 
 
-def run_sample(sample: Sample, decoders: dict[str, Decoder], order: list[str], budget: int, limit: int, encode,
-               tokenizer, bar, stop) -> dict[str, list[Turn]] | None:
-    """Every decoder on every turn of ``sample``, back to back in ``order``; None once ``stop.signal`` is set."""
-    turns: dict[str, list[Turn]] = {name: [] for name in order}
-    for k in range(len(sample.turns)):
-        # each decoder continues its own dialogue
-        prompts = {n: encode(sample, [t.text.strip() for t in turns[n]]) for n in order}
-        if k > 0 and max(map(len, prompts.values())) > limit:  # later turns that no longer fit are skipped
-            bar.update((len(sample.turns) - k) * len(order))
-            break
-        for name in order:
-            if stop.signal:
-                return None
-            bar.set_postfix_str(f"{sample.id} {name}", refresh=False)
-            out = decoders[name].generate(prompts[name], budget)
-            turns[name].append(Turn(prompts[name], out, completion_text(tokenizer, prompts[name], out.tokens)))
-            bar.update(1)
-    return turns
-
-
 def restore_turns(rows: list[dict], name: str, sample: Sample, encode) -> list[Turn]:
     """Decoder ``name``'s turns of a sample finished by an earlier run, from its per-prompt rows."""
     turns: list[Turn] = []
     for r in sorted((r for r in rows if r["decoder"] == name), key=lambda r: r["turn"]):
         out = DecodeOutput(r["tokens"], r["target_forwards"], r["draft_forwards"], r["accepted"], r["seconds"],
                            host_reads=r.get("host_reads", 0))
-        turns.append(Turn(encode(sample, [t.text.strip() for t in turns]), out, r["output"]))
+        seconds = r.get("repeat_seconds") or [r["seconds"]]
+        turns.append(Turn(encode(sample, [t.text.strip() for t in turns]), out, r["output"], seconds,
+                          [r.get("target_seconds")] * len(seconds), [r.get("draft_seconds")] * len(seconds),
+                          [len(r["tokens"])] * len(seconds), r.get("same_tokens_across_repeats") is not False))
     return turns
 
 
-def warm_up(decoders: dict[str, Decoder], prompt: list[int], budget: int, times: int) -> None:
-    for _ in range(times):
-        for decoder in decoders.values():
-            decoder.generate(prompt, budget)
-    for decoder in decoders.values():
-        decoder.reset_history()
-
-
 # ------------------------------------------------------------------------------------------ outputs
+def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, stop: Stop
+                  ) -> tuple[Path, list[dict], list[dict]]:
+    """results.json and the final per_prompt.jsonl (now with scores and audits); returns their rows."""
+    conf = setup.conf
+    rows = add_speedup_vs_best_ar(summary_rows(m)) if m.samples else []
+    per_prompt = prompt_rows(m)
+    decoders = setup.decoders.values()
+    differing = sum(not t.same_tokens for by in m.runs.values() for turns in by.values() for t in turns)
+    if differing and m.lossless:
+        log.warning("%d generations gave different tokens in different repeats (nondeterministic kernels?): "
+                    "their timings compare different work", differing)
+    results = {
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "complete": not stop.signal, "interrupted": stop.signal,
+        "progress": {"prompts": len(m.samples), "of": len(setup.samples), "resumed": m.resumed},
+        "rows": rows,
+        "skipped": {"prompts": len(setup.skipped), "ids": setup.skipped, "max_prompt_tokens": setup.limit,
+                    "turns": sum(len(s.turns) - len(m.runs["ar"][s.id]) for s in m.samples)},
+        "meta": {"max_new_tokens": setup.budget, "template": setup.template, "warmup": conf.benchmark.warmup,
+                 "repeats": conf.benchmark.repeats, "bootstrap": conf.benchmark.bootstrap, "ci_seed": conf.seed,
+                 "repeat_token_mismatches": differing if m.lossless else None,
+                 "calibration_warning": timing.calibration_warning(rows),
+                 "wall_seconds": m.wall, "model_path": setup.target.path, "device": str(setup.target.device),
+                 "dtype": str(setup.target.model.dtype), "torch_threads": torch.get_num_threads(),
+                 "platform": platform.platform(), "torch": torch.__version__,
+                 **engine_meta(decoders),
+                 "decoders": {n: d.meta for n, d in setup.decoders.items() if getattr(d, "meta", None)}},  # tree=auto
+    }
+    results["meta"].update(describe(setup.target.model))  # attention backends, strict numerics, device, versions
+    path = run_dir / "results.json"
+    write_atomic(run_dir / "per_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in per_prompt))  # with scores
+    write_atomic(path, json.dumps(results, indent=2))
+    return path, rows, per_prompt
+
+
 def prompt_rows(m: Measured) -> list[dict]:
     """One row per (sample, turn, decoder); the sample's score sits on its last turn."""
     return [row for s in m.samples for row in sample_rows(m, s)]
+
+
+def _mean(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else fmean(values)
 
 
 def sample_rows(m: Measured, s: Sample) -> list[dict]:
@@ -294,7 +340,10 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "id": s.id, "category": s.category, "turn": k, "decoder": name,
                 "prompt_tokens": len(t.prompt), "new_tokens": len(t.out.tokens),
                 "target_forwards": t.out.target_forwards, "draft_forwards": t.out.draft_forwards,
-                "seconds": t.out.seconds, "accepted": t.out.accepted, "host_reads": t.out.host_reads,
+                "seconds": t.mean_seconds, "repeat_seconds": t.seconds,  # the mean over repeats, and each
+                "target_seconds": _mean(t.target_seconds), "draft_seconds": _mean(t.draft_seconds),
+                "same_tokens_across_repeats": t.same_tokens if m.lossless else None,
+                "accepted": t.out.accepted, "host_reads": t.out.host_reads,
                 "identical_to_ar": t.out.tokens == ar_tokens if m.lossless else None,
                 "first_divergence": first_divergence(t.out.tokens, ar_tokens) if m.lossless else None,
                 **audit_fields(m.audits.get((name, s.id, k))),
@@ -317,31 +366,44 @@ def summary_rows(m: Measured) -> list[dict]:
 
 
 def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> dict:
-    def per_sample(decoder: str) -> list[tuple[int, float]]:  # (new tokens, seconds) over each sample's turns
-        return [(sum(len(t.out.tokens) for t in turns), sum(t.out.seconds for t in turns))
+    def per_sample(decoder: str) -> list[tuple[int, float]]:  # (new tokens, mean seconds) over a sample's turns
+        return [(sum(len(t.out.tokens) for t in turns), sum(t.mean_seconds for t in turns))
                 for turns in (m.runs[decoder][s.id] for s in group)]
 
     mine, ar = per_sample(name), per_sample("ar")
-    outs = [t.out for s in group for t in m.runs[name][s.id]]
+    turns = [t for s in group for t in m.runs[name][s.id]]
+    outs = [t.out for t in turns]
     tokens, seconds = map(sum, zip(*mine))
     ar_tokens, ar_seconds = map(sum, zip(*ar))
     forwards = sum(o.target_forwards for o in outs)
+    mat = tokens / max(forwards, 1)
+    speedup = 1.0 if name == "ar" else ar_seconds / max(seconds, 1e-9)
+    conf = m.conf
+    low, high = timing.speedup_ci([sec for _, sec in ar], [sec for _, sec in mine], conf.benchmark.bootstrap,
+                                  conf.seed)
+    if name == "ar" and low is not None:
+        low = high = 1.0  # AR against itself, pair by pair
+    ar_cv = timing.time_cv([per_token_repeats(m.runs["ar"][s.id]) for s in group])
     same = [m.tokens(name, s) == m.tokens("ar", s) for s in group]
-    metric, score, details = aggregate_row([m.answers[(name, s.id)] for s in group],
-                                           [m.scores[(name, s.id)] for s in group], m.conf.benchmark)
+    metric, score, details = aggregate_row([m.answers[(name, s.id)] for s in group if (name, s.id) in m.answers],
+                                           [m.scores.get((name, s.id)) for s in group], conf.benchmark)
     sb_speed = fmean(n / max(sec, 1e-9) for n, sec in mine)  # Spec-Bench: mean over prompts of tokens/s
     sb_ar_speed = fmean(n / max(sec, 1e-9) for n, sec in ar)
     accepted = [a for o in outs for a in o.accepted]
-    conf = m.conf
+    target_s = _total([_mean(t.target_seconds) for t in turns])
+    draft_s = _total([_mean(t.draft_seconds) for t in turns])
+    bound = m.bounds.get(name, {})
+    t1, tq = bound.get("t1_seconds"), bound.get("tq_seconds")
     return {
         "decoder": name, "model": m.model, "draft": None if conf.draft.name == "none" else conf.draft.name,
         "benchmark": conf.benchmark.name, "category": category, "prompts": len(group), "turns": len(outs),
         "max_new_tokens": m.budget, "temperature": conf.decoder.temperature,
         "new_tokens": tokens, "target_forwards": forwards, "draft_forwards": sum(o.draft_forwards for o in outs),
-        "mean_accepted_tokens": tokens / max(forwards, 1),
+        "mean_accepted_tokens": mat,
         "seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9),
         "ar_new_tokens": ar_tokens, "ar_seconds": ar_seconds, "ar_tokens_per_second": ar_tokens / max(ar_seconds, 1e-9),
-        "speedup": 1.0 if name == "ar" else ar_seconds / max(seconds, 1e-9),
+        "speedup": speedup, "speedup_ci_low": low, "speedup_ci_high": high, "repeats": conf.benchmark.repeats,
+        "ar_time_cv": ar_cv, "timing_noisy": timing.timing_noisy(speedup, low, high, ar_cv),
         "lossless_fraction": sum(same) / len(same) if m.lossless else None,
         "mismatch_fraction": mismatch_fraction(m.audits, name, [s.id for s in group]) if m.lossless else None,
         "task_score": score, "score_metric": metric, **{f"score_{k}": v for k, v in details.items()},
@@ -349,23 +411,65 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "sb_tokens_per_second": sb_speed, "sb_ar_tokens_per_second": sb_ar_speed,
         "sb_speedup": 1.0 if name == "ar" else sb_speed / max(sb_ar_speed, 1e-9),
         "sb_mean_accepted_tokens": fmean(accepted) if accepted else 0.0,  # pooled over steps, as Spec-Bench's #MAT
+        # where the time goes (means over repeats, summed over the group's turns)
+        "target_seconds": target_s, "draft_seconds": draft_s,
+        "other_seconds": None if target_s is None else seconds - target_s - (draft_s or 0.0),
+        "verify_block": bound.get("verify_block"), "cost_ratio": tq / t1 if t1 and tq else None,
+        "cost_bound": timing.cost_bound(mat, t1, tq),
+        "speedup_exceeds_mat": speedup > mat * 1.0001 if name != "ar" else False,  # impossible for a real timing
     }
 
 
-def track(conf: Config, cfg: DictConfig, run_dir: Path, table: pd.DataFrame, per_prompt: pd.DataFrame) -> None:
+def per_token_repeats(turns: list[Turn]) -> list[float]:
+    """A sample's per-token time in each repeat (its turns together)."""
+    repeats = len(turns[0].seconds)
+    return [sum(t.seconds[r] for t in turns) / max(sum(t.new_tokens[r] for t in turns), 1) for r in range(repeats)]
+
+
+def _total(values: list[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else sum(values)
+
+
+# ------------------------------------------------------------------------------------------ report, track
+def print_summary(rows: list[dict], path: Path) -> None:
+    """The console table (category rows too), then what a reader must know before quoting a speedup."""
+    import pandas as pd
+
+    shown = pd.DataFrame(rows)[TABLE_COLUMNS].astype(object)
+    print(shown.where(shown.notna(), None).to_markdown(index=False, floatfmt=".3f", missingval="-"))
+    noisy = [f"{r['decoder']}/{r['category']}" for r in rows if r["timing_noisy"]]
+    if noisy:
+        print(f"\nNOISY TIMING ({', '.join(noisy)}): {timing.ADVICE}")
+    warning = timing.calibration_warning(rows)
+    if warning:
+        print(f"\nCALIBRATION: {warning}")
+    above = [r["decoder"] for r in rows if r["speedup_exceeds_mat"] and r["category"] == "all"]
+    if above:
+        print(f"\nIMPOSSIBLE: speedup above mean accepted tokens for {', '.join(above)}: a timing artefact")
+    log.info("results: %s", path)
+
+
+def track(conf: Config, cfg: DictConfig, run_dir: Path, rows: list[dict], per_prompt: list[dict]) -> None:
     """Summary metrics (``<decoder>/<metric>`` over all prompts, and the main decoder's without prefix), the
     results table and the per-prompt table. Started after the timing so wandb's process cannot disturb it."""
-    metrics = ["speedup", "mean_accepted_tokens", "tokens_per_second", "lossless_fraction", "task_score",
-               "ref_nll", "sb_speedup", "sb_tokens_per_second"]
-    summary = {}
-    for row in table[table.category == "all"].to_dict("records"):
-        for metric in metrics:
+    import pandas as pd
+
+    from specnoise.tracking import start_run
+
+    summary: dict = {}
+    for row in (r for r in rows if r["category"] == "all"):
+        for metric in TRACKED:
             summary[f"{row['decoder']}/{metric}"] = row[metric]
             if row["decoder"] == conf.decoder.name:
                 summary[metric] = row[metric]
+    if any(r["timing_noisy"] for r in rows):
+        summary["timing_advice"] = timing.ADVICE
+    warning = timing.calibration_warning(rows)
+    if warning:
+        summary["calibration_warning"] = warning
+    table, prompts = pd.DataFrame(rows), pd.DataFrame(per_prompt)
     with start_run(conf, cfg, run_dir, job_type="bench") as tracker:
         tracker.summary(summary)
         tracker.table("results", table)
-        tracker.table("per_prompt", per_prompt.assign(accepted=per_prompt.accepted.map(json.dumps),
-                                                      tokens=per_prompt.tokens.map(json.dumps),
-                                                      score_detail=per_prompt.score_detail.map(json.dumps)))
+        listed = ("accepted", "tokens", "score_detail", "repeat_seconds")  # wandb tables hold scalars
+        tracker.table("per_prompt", prompts.assign(**{c: prompts[c].map(json.dumps) for c in listed if c in prompts}))

@@ -32,8 +32,8 @@ class DecodeOutput:
     accepted: list[int] = field(default_factory=list)  # tokens emitted by each target forward that emitted
     seconds: float = 0.0
     host_reads: int = 0  # device-to-host reads (``Decoder.to_host``), draft loop included
-    target_seconds: float = 0.0  # of ``seconds``, inside target forwards
-    draft_seconds: float = 0.0  # of ``seconds``, inside draft-model forwards
+    target_seconds: float | None = None  # of ``seconds``, inside target forwards (None: not measured, the peers)
+    draft_seconds: float | None = None  # of ``seconds``, inside draft-model forwards
 
     @property
     def mean_accepted(self) -> float:
@@ -211,8 +211,8 @@ class Decoder:
             accepted=out.accepted,
             seconds=seconds,
             host_reads=self.host_reads,
-            target_seconds=self.target.seconds,
-            draft_seconds=self.draft.seconds if self.draft is not None else 0.0,
+            target_seconds=self.target.seconds if self.drafter is not None else None,
+            draft_seconds=(self.draft.seconds if self.draft is not None else 0.0) if self.drafter is not None else None,
         )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 from torch.optim.lr_scheduler import LambdaLR
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import ProgressCallback, Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from specnoise.config import Config, UserError
@@ -66,10 +66,23 @@ class FinalEvalOnce(TrainerCallback):
             control.should_evaluate = False
 
 
+class NumericProgress(ProgressCallback):
+    """transformers' progress bar prints each log line with its floats turned into strings ('loss': '3.382');
+    this one prints numbers as numbers (4 significant digits), so a copied line is data."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None:
+            logs = {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in (logs or {}).items()
+                    if k != "total_flos"}
+            self.training_bar.write(str(logs))
+
+
 class SpecnoiseTrainer(Trainer):
     def __init__(self, *args, eval_collator: Collator | None = None, budget: TimeBudget | None = None, **kwargs):
         # FinalEvalOnce after the budget: both run after DefaultFlowCallback, and it reads their decision to stop
         super().__init__(*args, callbacks=[c for c in (budget, FinalEvalOnce()) if c], **kwargs)
+        if self.pop_callback(ProgressCallback) is not None:  # only where a bar was asked for
+            self.add_callback(NumericProgress)
         self.eval_collator, self.budget = eval_collator, budget
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
