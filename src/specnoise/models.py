@@ -68,9 +68,8 @@ def eos_set(tokenizer, model) -> frozenset[int]:
     return frozenset(ids)
 
 
-def load_tokenizer(cfg: ModelConfig, path: str | None = None, role: str = "model") -> PreTrainedTokenizerBase:
-    """The tokenizer alone: seconds, where the weights may take minutes (training checks its data first)."""
-    path = str(path or cfg.path)
+def check_local(cfg: ModelConfig, path: str, role: str) -> None:
+    """A local path must hold a saved model: say so before anything treats it as a hub id."""
     if is_local(path):
         folder = Path(path).expanduser()
         if not (folder / "config.json").is_file():
@@ -78,6 +77,12 @@ def load_tokenizer(cfg: ModelConfig, path: str | None = None, role: str = "model
                 f"{role}={cfg.name}: no model at {folder} (expected a save_pretrained folder with config.json); "
                 f"set {role}.path=/path/to/model"
             )
+
+
+def load_tokenizer(cfg: ModelConfig, path: str | None = None, role: str = "model") -> PreTrainedTokenizerBase:
+    """The tokenizer alone: seconds, where the weights may take minutes (training checks its data first)."""
+    path = str(path or cfg.path)
+    check_local(cfg, path, role)
     try:
         return AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     except OSError as err:
@@ -119,6 +124,7 @@ def model_context(cfg: ModelConfig, path: str | None = None) -> int:
     from transformers import AutoConfig
 
     path = str(path or cfg.path)
+    check_local(cfg, path, "model")
     try:
         config = AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     except OSError as err:
