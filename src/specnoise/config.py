@@ -42,6 +42,8 @@ def config_dir() -> Path:
     raise FileNotFoundError("specnoise configs not found (expected conf/config.yaml next to the package)")
 
 
+# block sizes the static engine pads to (one compiled graph each); 72 fits TR-Jacobi's 69-token tree step
+STATIC_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 72, 128)
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 ATTN = ("sdpa", "sdpa_gqa", "eager")  # sdpa_gqa: SDPA without repeat_kv's cache copies (attention.py)
@@ -64,8 +66,7 @@ class ModelConfig:
     sdpa_backends: list[str] = field(default_factory=lambda: ["flash", "efficient", "math"])
     static_cache: Any = "auto"  # true | false | auto (= when compiling): decoders' static-cache engine
     compile: bool = False  # torch.compile the static engine's fixed-shape forwards (CUDA graphs on CUDA)
-    # block sizes the static engine pads to (one compiled graph each); 72 fits TR-Jacobi's 69-token tree step
-    static_buckets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 72, 128])
+    static_buckets: list[int] = field(default_factory=lambda: list(STATIC_BUCKETS))
 
     def __post_init__(self) -> None:
         self._check("model")

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 import specnoise.attention  # noqa: F401  (registers attn_implementation=sdpa_gqa)
 from specnoise.config import ModelConfig, UserError
+from specnoise.decoding.kv import context_length
 from specnoise.decoding.static_kv import use_static_cache
 from specnoise.numerics import use_numerics
 
@@ -35,7 +36,7 @@ class LoadedModel:
 
     @property
     def max_length(self) -> int:
-        return int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 30)
+        return context_length(self.model.config)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -129,7 +130,7 @@ def model_context(cfg: ModelConfig, path: str | None = None) -> int:
         config = AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     except OSError as err:
         raise unreachable(cfg, path, "model", err) from err
-    return int(getattr(config, "max_position_embeddings", 0) or 1 << 30)
+    return context_length(config)
 
 
 def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:

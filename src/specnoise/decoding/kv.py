@@ -130,7 +130,7 @@ class Engine:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        self.max_length = _context_length(model.config)
+        self.max_length = context_length(model.config)
         self.forwards = 0
         self.clock = Clock(self.device)
         self.cache_kw = cache_keyword(model)
@@ -228,7 +228,8 @@ class DynamicEngine(Engine):
 KVModel = DynamicEngine  # the name the layers above (audit, ref_nll, forward_cost, training) use for a plain engine
 
 
-def _context_length(config) -> int:
+def context_length(config) -> int:
+    """Positions a model can take, from its config (the one place that reads it); unbounded without a limit."""
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:

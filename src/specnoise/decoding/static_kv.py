@@ -26,10 +26,11 @@ import time
 import torch
 from transformers import StaticCache
 
+from specnoise.config import STATIC_BUCKETS
 from specnoise.decoding.kv import Engine, Graphed, as_ids, causal_block
 from specnoise.numerics import numerics
 
-BUCKETS = (1, 2, 4, 8, 16, 32, 64, 72, 128)  # padded block sizes: one compiled graph each
+BUCKETS = STATIC_BUCKETS  # padded block sizes (model.static_buckets' default): one compiled graph each
 MIN_CAPACITY = 256  # slots allocated at least: every forward attends over all of them, so no more than a run needs
 WARMUP_CALLS = 3  # per bucket: compile, then warm-up calls before the CUDA graph is recorded
 
