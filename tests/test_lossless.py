@@ -165,3 +165,17 @@ def test_forward_counts_of_the_hf_peers(cycle):
             assert out.tokens == (CYCLE * 4)[:20]
             assert out.accepted == accepted and out.target_forwards == len(accepted) and out.draft_forwards > 0
     assert draft.model.generation_config.to_dict() == before  # the draft's own config is left as it was
+
+
+@pytest.mark.parametrize("name", ["lookahead", "pld", "speculative", "ouroboros"])
+def test_a_prompts_steps_do_not_depend_on_the_prompts_before_it(name, target, draft):
+    """Noise is seeded per prompt: the same prompt takes the same steps first or after others (Ouroboros: with its
+    cross-prompt phrase pool switched off). Jacobi and TR-Jacobi keep one generator per decoder (README)."""
+    options = {"reuse_history": False} if name == "ouroboros" else {}
+    prompt, other = PROMPTS[0], PROMPTS[1]
+    first = build(name, target, draft, **options).generate(prompt, NEW_TOKENS)
+    decoder = build(name, target, draft, **options)
+    decoder.generate(other, NEW_TOKENS)
+    later = decoder.generate(prompt, NEW_TOKENS)
+    assert (later.tokens, later.accepted, later.target_forwards) == (first.tokens, first.accepted,
+                                                                     first.target_forwards)

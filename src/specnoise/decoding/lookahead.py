@@ -117,7 +117,7 @@ class Lookahead(Drafter):
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
-        noise = torch.Generator().manual_seed(self.cfg.seed)  # per prompt: speed independent of prompt order
+        noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
         self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, noise, self.cfg.faithful)
 
     def propose(self, room):

@@ -90,7 +90,7 @@ class Ouroboros(Drafter):
         check_draft_context(self.draft, prompt, budget)
         if not self.cfg.reuse_history:
             self.pool.clear()
-        noise = torch.Generator().manual_seed(self.cfg.seed)  # per prompt: speed independent of prompt order
+        noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
         self.window = Window(self.cfg.phrase_len + 1, self.cfg.W, self.pool, prompt, noise, self.cfg.faithful)
         # the draft's lookahead steps: greedy, in the target's vocabulary, each one read
         self.drafting = Verifier(self.draft, self.read, vocab=self.vocab)

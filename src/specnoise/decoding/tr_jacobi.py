@@ -99,6 +99,8 @@ class TRJacobi(Drafter):
 
     def setup(self):
         cfg = self.cfg
+        # one noise generator per decoder, seeded once (not per prompt): the committed miniatures' target forwards
+        # were measured so, and `make check-experiments` reproduces them
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.R = cfg.retrieval_len if cfg.retrieval else 0
         auto = cfg.tree == "auto"  # calibrate on the full template, then its best sub-tree (pick_tree)
