@@ -24,8 +24,8 @@ from specnoise.config import DECODER_SCHEMAS, ConfigError, ModelConfig, config_d
 from specnoise.decoding import static_kv
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
 from specnoise.decoding.kv import KVModel
-from specnoise.decoding.static_kv import StaticEngine, capacity_for, use_static_cache
-from specnoise.models import load_model
+from specnoise.decoding.static_kv import StaticEngine, capacity_for
+from specnoise.models import load_model, use_static_cache
 
 ALL = list(DECODER_MODULES)
 ENGINE_DECODERS = [n for n in ALL if not n.startswith("hf_")]  # the hf_* peers run generate() on their own cache

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specnoise.errors import ConfigError, UserError  # noqa: F401  (re-exported: the layers above import them here)
+from specnoise.tree_templates import TEMPLATES as TREE_TEMPLATES
 
 MISSING = "???"  # OmegaConf's marker of a value that must be given (omegaconf.MISSING), without importing it
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -268,9 +269,7 @@ class TRJacobiConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from specnoise.decoding.trees import TEMPLATES as TREES  # data beside the decoder; lazy: no import cycle
-
-        one_of(self.tree, "decoder.tree", (*TREES, "auto"))
+        one_of(self.tree, "decoder.tree", (*TREE_TEMPLATES, "auto"))
         at_least(self.calibrate, "decoder.calibrate", 1)
         at_least(self.topk, "decoder.topk", 1)
         at_least(self.retrieval_len, "decoder.retrieval_len", 1)

@@ -25,7 +25,8 @@ import specnoise.attention  # noqa: F401  (registers attn_implementation=sdpa_gq
 from specnoise.config import Config, UserError
 from specnoise.decoding.cost import interpolate, measure_forward_costs, measure_forward_times  # noqa: F401
 from specnoise.decoding.kv import KVModel, sync
-from specnoise.decoding.static_kv import StaticEngine, use_static_cache
+from specnoise.decoding.static_kv import StaticEngine
+from specnoise.models import use_static_cache
 
 log = logging.getLogger("specnoise")
 

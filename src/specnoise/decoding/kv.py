@@ -23,6 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from specnoise.errors import UserError
+from specnoise.models import context_length
 from specnoise.numerics import numerics
 
 
@@ -226,15 +227,6 @@ class DynamicEngine(Engine):
 
 
 KVModel = DynamicEngine  # the name the layers above (audit, ref_nll, forward_cost, training) use for a plain engine
-
-
-def context_length(config) -> int:
-    """Positions a model can take, from its config (the one place that reads it); unbounded without a limit."""
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return 1 << 30
 
 
 @torch.inference_mode()

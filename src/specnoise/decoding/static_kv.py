@@ -35,13 +35,6 @@ MIN_CAPACITY = 256  # slots allocated at least: every forward attends over all o
 WARMUP_CALLS = 3  # per bucket: compile, then warm-up calls before the CUDA graph is recorded
 
 
-def use_static_cache(setting, compile: bool, device: torch.device) -> bool:
-    """``model.static_cache``: true | false | auto = only when the forward is compiled. Measured on the H100 (bf16,
-    experiments/gpu/h100): the static cache pays off compiled (AR 1695 vs 250 tokens/s eager), not eager, where its
-    whole-length masks cost more than the dynamic cache's growing ones."""
-    return setting is True or (setting == "auto" and compile)
-
-
 def capacity_for(need: int, context: int, block: int = BUCKETS[-1]) -> int:
     """At least ``need`` slots: a power of two of at least ``MIN_CAPACITY``, capped at the context plus one padded
     block. A benchmark reserves for its longest prompt before the first generation, so it allocates (and compiles)
