@@ -34,8 +34,8 @@ class Turn:
 
     def __post_init__(self) -> None:
         self.seconds = self.seconds or [self.out.seconds]
-        self.target_seconds = self.target_seconds or [getattr(self.out, "target_seconds", None)] * len(self.seconds)
-        self.draft_seconds = self.draft_seconds or [getattr(self.out, "draft_seconds", None)] * len(self.seconds)
+        self.target_seconds = self.target_seconds or [self.out.target_seconds] * len(self.seconds)
+        self.draft_seconds = self.draft_seconds or [self.out.draft_seconds] * len(self.seconds)
         self.new_tokens = self.new_tokens or [len(self.out.tokens)] * len(self.seconds)
 
     @property
@@ -91,8 +91,8 @@ def run_sample(sample: Sample, index: int, decoders: dict[str, Decoder], budget:
                 prompts[name], first, completion_text(tokenizer, prompts[name], first.tokens),
                 seconds=[o.seconds for o in outs[name]],
                 # DecodeOutput gains these fields; an engine that cannot attribute its time leaves them out
-                target_seconds=[getattr(o, "target_seconds", None) for o in outs[name]],
-                draft_seconds=[getattr(o, "draft_seconds", None) for o in outs[name]],
+                target_seconds=[o.target_seconds for o in outs[name]],
+                draft_seconds=[o.draft_seconds for o in outs[name]],
                 new_tokens=[len(o.tokens) for o in outs[name]],
                 same_tokens=all(o.tokens == first.tokens for o in outs[name])))
     return turns
