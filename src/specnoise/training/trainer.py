@@ -179,17 +179,20 @@ def last_checkpoint(run_dir: Path) -> str:
     return last
 
 
-def fit(model, tokenizer, train_set, eval_set, collator: Collator, conf: Config, cfg: DictConfig,
-        run_dir: Path) -> Path:
-    """Train, evaluate on the held-out set, save the final model; returns its folder."""
+def fit(model, tokenizer, train_set, eval_set, collator, conf: Config, cfg: DictConfig, run_dir: Path,
+        eval_collator: Collator | None = None, trainer_class=SpecnoiseTrainer, trainer_kwargs: dict | None = None,
+        summary_extra: dict | None = None) -> Path:
+    """Train, evaluate on the held-out set, save the final model; returns its folder. ``eval_collator``: how
+    held-out samples are batched (default: the training collator without noise)."""
     t = conf.train
     tracker, report_to = open_tracker(conf, cfg, run_dir)
     args = training_args(conf, run_dir, report_to, has_eval=bool(eval_set))
     budget = TimeBudget(t.max_minutes, t.warmup_ratio) if t.max_minutes else None
-    trainer = SpecnoiseTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set or None,
-                               data_collator=collator, eval_collator=collator.clean(), processing_class=tokenizer,
-                               budget=budget)
-    collator.model = trainer.model
+    trainer = trainer_class(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set or None,
+                            data_collator=collator, eval_collator=eval_collator or collator.clean(),
+                            processing_class=tokenizer, budget=budget, **(trainer_kwargs or {}))
+    if isinstance(collator, Collator):
+        collator.model = trainer.model
     resume = last_checkpoint(run_dir) if t.resume else None
     if resume:
         log.info("resuming from %s", resume)
@@ -224,6 +227,7 @@ def fit(model, tokenizer, train_set, eval_set, collator: Collator, conf: Config,
             "train_seconds": round(seconds, 1),
             "parameters": model.num_parameters(),
             **dict(collator.stats),
+            **(summary_extra or {}),
         }
         (run_dir / "train_results.json").write_text(json.dumps(summary, indent=2))
         tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float))})
