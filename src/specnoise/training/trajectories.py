@@ -212,6 +212,8 @@ def _collect(model, tokenizer, prompts, cfg, store, state):
             from tqdm.auto import tqdm
 
             with part.open("a") as out:
+                if part.stat().st_size and not part.read_bytes().endswith(b"\n"):
+                    out.write("\n")  # a line cut by a kill stays unreadable on its own, not merged with the next
                 for p in tqdm(todo, desc=f"trajectories (rank {state.process_index})",
                               disable=not state.is_main_process):
                     rng = random.Random(f"{cfg.seed}:{p['index']}")  # the same per prompt, whatever the split
