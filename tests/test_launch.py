@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_models import save_tiny_model
 
+from helpers_models import save_tiny_model
 from specnoise.config import UserError
 from specnoise.training.launch import check_accelerate_config, main
 
@@ -29,7 +29,8 @@ def test_every_shipped_accelerate_config_is_valid(path):
     cfg = check_accelerate_config(path)
     assert cfg.num_processes >= cfg.num_machines >= 1
     kind = str(cfg.distributed_type.value)
-    assert {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED", "cpu": "MULTI_CPU"}.get(path.stem, kind) == kind
+    expected = {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED", "cpu": "MULTI_CPU"}
+    assert expected.get(path.stem, kind) == kind
     if kind != "MULTI_CPU":
         assert cfg.mixed_precision == "bf16"
 
@@ -58,8 +59,10 @@ def test_bad_accelerate_configs_are_refused_with_one_line(tmp_path, body, messag
 
 def launch(tmp_path, run_dir, overrides, processes: int):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
-    head = ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / "conf/accelerate/cpu.yaml"),
-             "--num_processes", str(processes)] if processes > 1 else [sys.executable])
+    cpu = str(REPO / "conf/accelerate/cpu.yaml")
+    head = ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", cpu, "--num_processes",
+             str(processes)]
+            if processes > 1 else [sys.executable])
     cmd = [*head, "-m", "specnoise", *overrides, "logger=none", f"hydra.run.dir={run_dir}"]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -30,7 +30,7 @@ def check_accelerate_config(path: str | Path):
     try:
         cfg = ClusterConfig.from_yaml_file(str(path))
     except Exception as err:  # noqa: BLE001 - yaml errors, unknown keys: all mean "fix this file"
-        raise UserError(f"accelerate config {path}: cannot be read by accelerate ({type(err).__name__}: {err})") from err
+        raise UserError(f"accelerate config {path}: accelerate cannot read it ({type(err).__name__}: {err})") from err
     kind = str(getattr(cfg.distributed_type, "value", cfg.distributed_type))
     if kind not in TYPES:
         raise UserError(f"accelerate config {path}: distributed_type={kind}, expected one of {', '.join(TYPES)}")
