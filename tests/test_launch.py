@@ -88,6 +88,9 @@ def test_two_processes_on_the_cpu_match_one(tmp_path):
         names = sorted(p.name for p in (tmp_path / f"{stage}-1").iterdir() if p.name not in ("checkpoints",))
         assert names == sorted(p.name for p in (tmp_path / f"{stage}-2").iterdir() if p.name not in ("checkpoints",))
         assert one["steps"] == two["steps"] == 4
+        assert one["tokens_seen"] == two["tokens_seen"]  # the same samples, counted over both processes
+        if stage == "msn":
+            assert one["noise/samples"] == two["noise/samples"] == 4 * 4
         assert abs(two["heldout_loss"] - one["heldout_loss"]) <= 0.02 * one["heldout_loss"]
         if stage == "cllm":  # the second run found the first one's trajectories; a fresh split collects anew below
             assert two["collected_prompts_here"] == 0

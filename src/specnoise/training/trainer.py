@@ -179,6 +179,23 @@ def last_checkpoint(run_dir: Path) -> str:
     return last
 
 
+def totals(stats, train_loss: float) -> tuple[dict, float]:
+    """The collator's counts summed over all processes (each rank's collator saw only its own batches; tokens seen
+    are counted there too: Trainer's own count came back per rank under gloo, half the one-process count with 2
+    processes) and the mean training loss, so a many-process train_results.json reads like one process's."""
+    from accelerate import PartialState
+    from accelerate.utils import gather_object
+
+    if PartialState().num_processes == 1:
+        return dict(stats), train_loss
+    per_rank = gather_object([(dict(stats), train_loss)])
+    summed: dict = {}
+    for s, _ in per_rank:
+        for k, v in s.items():
+            summed[k] = summed.get(k, 0) + v
+    return summed, sum(r[1] for r in per_rank) / len(per_rank)
+
+
 def fit(model, tokenizer, train_set, eval_set, collator, conf: Config, cfg: DictConfig, run_dir: Path,
         eval_collator: Collator | None = None, trainer_class=SpecnoiseTrainer, trainer_kwargs: dict | None = None,
         summary_extra: dict | None = None) -> Path:
@@ -206,6 +223,10 @@ def fit(model, tokenizer, train_set, eval_set, collator, conf: Config, cfg: Dict
     metrics = trainer.evaluate() if eval_set else {}
     if t.save_dtype != "float32":
         model.to(getattr(torch, t.save_dtype))
+    stats, train_loss = totals(collator.stats, result.training_loss)
+    counted = stats.pop("train/tokens", None)
+    # one process: Trainer's count (kept across a resume); many: the collators' counts summed (see totals)
+    tokens_seen = trainer.state.num_input_tokens_seen if trainer.accelerator.num_processes == 1 else counted
     final = run_dir / t.output_dir
     partial = final.with_name(final.name + ".partial")  # renamed when complete: no half-written model folder
     trainer.save_model(str(partial))  # rank 0 writes; weights + config + tokenizer (processing_class)
@@ -218,15 +239,15 @@ def fit(model, tokenizer, train_set, eval_set, collator, conf: Config, cfg: Dict
             "stage": t.name,
             "model": str(final),
             "steps": trainer.state.global_step,
-            "train_loss": result.training_loss,
+            "train_loss": train_loss,
             "heldout_loss": metrics.get("eval_loss"),
             "heldout_ppl": math.exp(metrics["eval_loss"]) if "eval_loss" in metrics else None,
             "heldout_samples": len(eval_set or []),
             "train_samples": len(train_set),
-            "tokens_seen": trainer.state.num_input_tokens_seen,
+            "tokens_seen": tokens_seen,
             "train_seconds": round(seconds, 1),
             "parameters": model.num_parameters(),
-            **dict(collator.stats),
+            **stats,
             **(summary_extra or {}),
         }
         (run_dir / "train_results.json").write_text(json.dumps(summary, indent=2))
