@@ -29,10 +29,12 @@ def test_every_shipped_accelerate_config_is_valid(path):
     cfg = check_accelerate_config(path)
     assert cfg.num_processes >= cfg.num_machines >= 1
     kind = str(cfg.distributed_type.value)
-    expected = {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED", "cpu": "MULTI_CPU"}
+    expected = {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED", "cpu": "MULTI_GPU"}
     assert expected.get(path.stem, kind) == kind
-    if kind != "MULTI_CPU":
+    if path.stem != "cpu":
         assert cfg.mixed_precision == "bf16"
+    else:  # --cpu / use_cpu would start one process (tested below)
+        assert not cfg.use_cpu and cfg.num_processes == 2
 
 
 BASE = "compute_environment: LOCAL_MACHINE\ndistributed_type: {kind}\nnum_machines: 1\nmixed_precision: bf16\n"
@@ -45,7 +47,7 @@ BASE = "compute_environment: LOCAL_MACHINE\ndistributed_type: {kind}\nnum_machin
      "num_machines=4"),
     (BASE.format(kind="FSDP") + "num_processes: 2\n", "without an fsdp_config"),
     (BASE.format(kind="DEEPSPEED") + "num_processes: 2\ndeepspeed_config:\n  zero_stage: 5\n", "zero_stage=5"),
-    (BASE.format(kind="MULTI_GPU") + "num_processes: 2\nuse_cpu: true\n", "use MULTI_CPU"),
+    (BASE.format(kind="MULTI_CPU") + "num_processes: 2\nuse_cpu: true\n", "starts ONE process"),
 ])
 def test_bad_accelerate_configs_are_refused_with_one_line(tmp_path, body, message, capsys):
     path = tmp_path / "bad.yaml"
@@ -89,8 +91,9 @@ def test_two_processes_on_the_cpu_match_one(tmp_path):
         assert names == sorted(p.name for p in (tmp_path / f"{stage}-2").iterdir() if p.name not in ("checkpoints",))
         assert one["steps"] == two["steps"] == 4
         assert one["tokens_seen"] == two["tokens_seen"]  # the same samples, counted over both processes
-        if stage == "msn":
-            assert one["noise/samples"] == two["noise/samples"] == 4 * 4
+        assert two["train_samples"] == one["train_samples"]
+        if stage == "msn":  # counted by each rank's collator, summed (4 steps, and the batch fetched ahead)
+            assert one["noise/samples"] == two["noise/samples"] == 5 * 4
         assert abs(two["heldout_loss"] - one["heldout_loss"]) <= 0.02 * one["heldout_loss"]
         if stage == "cllm":  # the second run found the first one's trajectories; a fresh split collects anew below
             assert two["collected_prompts_here"] == 0

@@ -40,7 +40,6 @@ class Collator:
         real = pos < lengths[:, None]
         labels = ids.masked_fill(~real | (pos < prompt_lens[:, None]), -100)
         inputs = ids if self.noise is None else self.noised(ids, prompt_lens, lengths)
-        self.stats["train/tokens"] += int(real.sum())  # summed over processes for tokens_seen (trainer.totals)
         return {"input_ids": inputs, "attention_mask": real.long(), "labels": labels}
 
     def noised(self, ids, prompt_lens, lengths) -> torch.Tensor:

@@ -132,7 +132,6 @@ class CLLMCollator:
             ar_labels.append(labels)
         width = max(len(s) for s in students)
         self.stats["consistency/positions"] += sum(map(sum, compare))
-        self.stats["train/tokens"] += sum(len(s) for s in ar_ids)
         return {
             "input_ids": pad(ar_ids, self.pad_id),
             "attention_mask": pad([[1] * len(s) for s in ar_ids], 0),
@@ -226,7 +225,6 @@ class JFCollator:
             allow[b, 0, :t, :t] = p[2]
         M = max(1, max(len(p[4]) for p in packed))
         self.stats["consistency/positions"] += sum(len(p[4]) for p in packed)
-        self.stats["train/tokens"] += sum(len(p[0]) for p in packed)
         return {
             "input_ids": pad([p[0] for p in packed], self.pad_id, T),
             "attention_mask": pad([[1] * len(p[0]) for p in packed], 0, T),  # padding only (token counting)

@@ -3,10 +3,10 @@
     python -m specnoise.training.launch conf/accelerate/ddp.yaml [more.yaml ...]
 
 Each file is read by accelerate's own ``ClusterConfig`` (what ``accelerate launch --config_file`` reads), then
-checked for what accelerate leaves to fail later, or silently: no ``num_processes`` (accelerate reads -1 and the
-launch fails inside torch.distributed, or runs one process), fewer processes than machines, a distributed type
-this project does not use, FSDP / DeepSpeed without their sections, a ZeRO stage outside 0-3. A bad file is a
-UserError with one line saying what to change; a good one prints its summary.
+checked for what accelerate leaves to fail later, or silently: no ``num_processes`` (accelerate reads -1),
+fewer processes than machines, a distributed type this project does not use, FSDP / DeepSpeed without their
+sections, a ZeRO stage outside 0-3, and ``use_cpu`` with several processes (accelerate then starts one process).
+A bad file is a UserError with one line saying what to change; a good one prints its summary.
 """
 
 from __future__ import annotations
@@ -49,9 +49,11 @@ def check_accelerate_config(path: str | Path):
         stage = (cfg.deepspeed_config or {}).get("zero_stage")
         if stage not in (0, 1, 2, 3):
             raise UserError(f"accelerate config {path}: deepspeed_config.zero_stage={stage}, expected 0, 1, 2 or 3")
-    if kind in ("MULTI_GPU", "FSDP", "DEEPSPEED") and cfg.use_cpu:
-        raise UserError(f"accelerate config {path}: use_cpu=true with distributed_type={kind}; use MULTI_CPU "
-                        "(conf/accelerate/cpu.yaml) for processes on the CPU")
+    if cfg.use_cpu and cfg.num_processes > 1 and not getattr(cfg, "mpirun_config", None):
+        # accelerate's --cpu / use_cpu path is its simple launcher: one process, whatever num_processes says
+        raise UserError(f"accelerate config {path}: use_cpu=true with num_processes={cfg.num_processes} starts ONE "
+                        "process (more CPU processes need mpirun); for processes on the CPU use "
+                        "conf/accelerate/cpu.yaml (MULTI_GPU, use_cpu: false: torchrun + gloo when there is no GPU)")
     return cfg
 
 

@@ -180,9 +180,8 @@ def last_checkpoint(run_dir: Path) -> str:
 
 
 def totals(stats, train_loss: float) -> tuple[dict, float]:
-    """The collator's counts summed over all processes (each rank's collator saw only its own batches; tokens seen
-    are counted there too: Trainer's own count came back per rank under gloo, half the one-process count with 2
-    processes) and the mean training loss, so a many-process train_results.json reads like one process's."""
+    """The collator's counts summed over all processes (each rank's collator saw only its own batches) and the mean
+    training loss over them, so a many-process train_results.json reads like one process's."""
     from accelerate import PartialState
     from accelerate.utils import gather_object
 
@@ -224,9 +223,6 @@ def fit(model, tokenizer, train_set, eval_set, collator, conf: Config, cfg: Dict
     if t.save_dtype != "float32":
         model.to(getattr(torch, t.save_dtype))
     stats, train_loss = totals(collator.stats, result.training_loss)
-    counted = stats.pop("train/tokens", None)
-    # one process: Trainer's count (kept across a resume); many: the collators' counts summed (see totals)
-    tokens_seen = trainer.state.num_input_tokens_seen if trainer.accelerator.num_processes == 1 else counted
     final = run_dir / t.output_dir
     partial = final.with_name(final.name + ".partial")  # renamed when complete: no half-written model folder
     trainer.save_model(str(partial))  # rank 0 writes; weights + config + tokenizer (processing_class)
@@ -244,7 +240,7 @@ def fit(model, tokenizer, train_set, eval_set, collator, conf: Config, cfg: Dict
             "heldout_ppl": math.exp(metrics["eval_loss"]) if "eval_loss" in metrics else None,
             "heldout_samples": len(eval_set or []),
             "train_samples": len(train_set),
-            "tokens_seen": tokens_seen,
+            "tokens_seen": trainer.state.num_input_tokens_seen,  # Trainer gathers it over the processes
             "train_seconds": round(seconds, 1),
             "parameters": model.num_parameters(),
             **stats,
