@@ -92,10 +92,17 @@ class SpecnoiseTrainer(Trainer):
         super().log(logs, *args, **kwargs)
 
 
-def on_main_process() -> bool:
+def process_state():
+    """accelerate's process state as Trainer will see it. Without CUDA it must be asked with ``cpu=True`` (what
+    TrainingArguments(use_cpu=True) does): a plain ``PartialState()`` on a machine without GPUs reports ONE process
+    even under a 2-process launch, so every rank would think it is rank 0 and collect every trajectory."""
     from accelerate import PartialState
 
-    return PartialState().is_main_process
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def on_main_process() -> bool:
+    return process_state().is_main_process
 
 
 def keep_first_overrides(run_dir: Path, resume: bool) -> None:
@@ -114,10 +121,9 @@ def keep_first_overrides(run_dir: Path, resume: bool) -> None:
 
 def agree_on_run_dir(run_dir: Path) -> Path:
     """Every rank composes its own timestamped Hydra directory: take rank 0's so all write to one place."""
-    from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
-    state = PartialState()
+    state = process_state()
     if state.num_processes > 1:
         run_dir = Path(broadcast_object_list([str(run_dir)], from_process=0)[0])
     return run_dir
@@ -182,10 +188,9 @@ def last_checkpoint(run_dir: Path) -> str:
 def totals(stats, train_loss: float) -> tuple[dict, float]:
     """The collator's counts summed over all processes (each rank's collator saw only its own batches) and the mean
     training loss over them, so a many-process train_results.json reads like one process's."""
-    from accelerate import PartialState
     from accelerate.utils import gather_object
 
-    if PartialState().num_processes == 1:
+    if process_state().num_processes == 1:
         return dict(stats), train_loss
     per_rank = gather_object([(dict(stats), train_loss)])
     summed: dict = {}

@@ -164,9 +164,9 @@ def jacobi_trajectory(kv, prompt: list[int], cfg: TrajectoryConfig, eos: set[int
 
 def collect(model, tokenizer, prompts: list[dict], cfg: TrajectoryConfig, fingerprint: str) -> tuple[list[dict], dict]:
     """All prompts' trajectories (cached), split over the processes; returns (kept records, stats)."""
-    from accelerate import PartialState
+    from specnoise.training.trainer import process_state
 
-    state = PartialState()
+    state = process_state()
     store = TrajectoryStore(cfg, fingerprint, prompts)
     store.check()
     store.path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,6 +197,7 @@ def _collect(model, tokenizer, prompts, cfg, store, state):
     if fresh:
         done = store.done()
         todo = [p for p in prompts if p["index"] not in done][state.process_index::state.num_processes]
+        state.wait_for_everyone()  # every rank splits the same "done" before any rank appends a record
         if state.is_main_process:
             store.meta_path.write_text(json.dumps(store.meta, indent=2))
             log.info("collecting Jacobi trajectories for %d of %d prompts (%d cached) into %s", len(todo) *
