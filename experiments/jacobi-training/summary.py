@@ -20,6 +20,8 @@ SHIPPED_HELDOUT = {"sft-shipped": 0.836, "msn-shipped": 0.852}  # src/specnoise/
 
 
 def row(job: Path) -> dict | None:
+    if not (job / ".hydra" / "overrides.yaml").is_file():
+        return None
     overrides = (job / ".hydra" / "overrides.yaml").read_text().splitlines()
     name = next((o.split("=", 1)[1] for o in overrides if "+jacobi_training=" in o), None)
     if name is None or not (job / "results.json").is_file():
