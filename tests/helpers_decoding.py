@@ -10,7 +10,7 @@ import torch
 from conftest import VOCAB, make_model
 from specnoise.config import ARConfig
 from specnoise.decoding.base import build_decoder
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.sampling import warp
 
 CYCLE = [10, 11, 12, 13, 14]
@@ -27,8 +27,8 @@ def ar(target, prompt, n):
     return _AR[key][1][:n]
 
 
-class Recording(KVModel):
-    """A KVModel that checks its cache on every forward: the first new token must get the logits of a fresh
+class Recording(DynamicEngine):
+    """A DynamicEngine that checks its cache on every forward: the first new token must get the logits of a fresh
     causal forward of everything the cache claims to hold, so stale or misplaced KV fails at once."""
 
     def __init__(self, model):
@@ -43,7 +43,7 @@ class Recording(KVModel):
     def forward(self, tokens, positions=None, tree=None, last=None):
         tokens = [int(t) for t in tokens]
         logits = super().forward(tokens, positions, tree)
-        ref = KVModel(self.model).forward(self.fed + tokens[:1])[-1]
+        ref = DynamicEngine(self.model).forward(self.fed + tokens[:1])[-1]
         assert torch.allclose(logits[0], ref, atol=1e-4), "cache content differs from the tokens it should hold"
         self.fed += tokens
         self.sizes.append(len(tokens))
@@ -112,9 +112,9 @@ def tiny_pair():
 
 def exact_marginals(model, cfg, prompt=PROMPT) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's distributions of the first and second generated tokens (under cfg's warping)."""
-    kv = KVModel(model.model)
+    kv = DynamicEngine(model.model)
     first = warp(kv.forward(prompt)[-1], cfg)
-    second = sum(first[t] * warp(KVModel(model.model).forward(prompt + [t])[-1], cfg) for t in range(V))
+    second = sum(first[t] * warp(DynamicEngine(model.model).forward(prompt + [t])[-1], cfg) for t in range(V))
     return first, second
 
 

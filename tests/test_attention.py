@@ -12,7 +12,7 @@ import specnoise.attention  # noqa: F401  (registers sdpa_gqa)
 from conftest import make_model, prompts
 from specnoise.config import DECODER_SCHEMAS, ARConfig, ConfigError, ModelConfig
 from specnoise.decoding.base import build_decoder
-from specnoise.decoding.kv import KVModel, causal_block, self_test
+from specnoise.decoding.kv import DynamicEngine, causal_block, self_test
 from specnoise.decoding.static_kv import StaticEngine
 
 
@@ -29,7 +29,7 @@ def gqa_model(request):
     return loaded
 
 
-@pytest.mark.parametrize("engine", [KVModel, StaticEngine])
+@pytest.mark.parametrize("engine", [DynamicEngine, StaticEngine])
 def test_sdpa_gqa_gives_sdpa_logits(gqa_model, engine, monkeypatch):
     fallback = specnoise.attention.sdpa_attention_forward
     masked_fallbacks = []

@@ -15,7 +15,7 @@ from specnoise.bench.audit import audit_divergences, mismatch_fraction, verdict
 from specnoise.bench.runner import Turn, run_benchmark
 from specnoise.config import ARConfig, ConfigError, config_dir
 from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 from specnoise.numerics import Numerics, numerics, policy, use_numerics
 
 
@@ -176,10 +176,10 @@ def test_policy_is_applied_inside_the_context_and_restored_after():
 def test_strict_and_backend_choice_keep_fp32_logits():
     model = make_model("qwen2").model
     ids = prompts(1, seed=6)[0]
-    reference = KVModel(model).forward(ids)
+    reference = DynamicEngine(model).forward(ids)
     for backends, strict in ((["efficient", "math"], False), (["math"], True)):
         use_numerics(model, backends=backends, strict=strict)
-        assert torch.allclose(KVModel(model).forward(ids), reference, atol=1e-5)
+        assert torch.allclose(DynamicEngine(model).forward(ids), reference, atol=1e-5)
     use_numerics(model, backends=["flash", "efficient", "math"], strict=False)
 
 
@@ -200,7 +200,7 @@ def test_every_engine_runs_the_model_under_its_policy(engine):
     seen = []
     hook = model.register_forward_pre_hook(lambda *_: seen.append(sdpa_flags()))
     try:
-        kv = KVModel(model) if engine == "dynamic" else StaticEngine(model, buckets=(1, 8))
+        kv = DynamicEngine(model) if engine == "dynamic" else StaticEngine(model, buckets=(1, 8))
         kv.forward(prompts(1, seed=2)[0][:5])
         kv.forward([3])
     finally:

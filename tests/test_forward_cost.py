@@ -17,7 +17,7 @@ from transformers import AutoConfig, LlamaForCausalLM
 from helpers_models import save_tiny_model
 from specnoise.bench.forward_cost import interpolate, measure_forward_costs, random_model, run_forward_cost
 from specnoise.config import ConfigError, ForwardCostConfig, UserError, config_dir
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 
 TINY_ARCH = ["train.arch.vocab_size=128", "train.arch.hidden_size=32", "train.arch.intermediate_size=64",
              "train.arch.num_hidden_layers=1", "train.arch.num_attention_heads=2", "train.arch.num_key_value_heads=1",
@@ -33,7 +33,7 @@ def configure(*overrides):
 
 
 def test_probe_leaves_the_engine_as_found(target):
-    kv = KVModel(target.model)
+    kv = DynamicEngine(target.model)
     prefix = list(range(3, 20))
     before = kv.forward(prefix)
     costs = measure_forward_costs(kv, [4, 1, 8], cache_len=40, repeats=2, warmup=1)
@@ -44,7 +44,7 @@ def test_probe_leaves_the_engine_as_found(target):
 
 
 def test_probe_refuses_sizes_beyond_the_context(target):
-    kv = KVModel(target.model)  # context 512
+    kv = DynamicEngine(target.model)  # context 512
     with pytest.raises(UserError, match="forward_cost.cache_len"):
         measure_forward_costs(kv, [1, 64], cache_len=500)
 

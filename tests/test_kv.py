@@ -10,13 +10,13 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 from specnoise.config import UserError
-from specnoise.decoding.kv import KVModel, self_test
+from specnoise.decoding.kv import DynamicEngine, self_test
 from specnoise.decoding.tr_jacobi import retrieve
 from specnoise.decoding.trees import TEMPLATES, build_tree, with_prefix
 
 
 def causal_logits(model, tokens: list[int]) -> torch.Tensor:
-    return KVModel(model).forward(tokens)
+    return DynamicEngine(model).forward(tokens)
 
 
 def test_self_test_passes_on_both_families(target):
@@ -34,7 +34,7 @@ def test_tree_forward_gives_each_node_its_path_logits(target):
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randint(3, 96, (7,), generator=gen).tolist()
     nodes = torch.randint(3, 96, (len(tree.nodes),), generator=gen).tolist()
-    kv = KVModel(target.model)
+    kv = DynamicEngine(target.model)
     kv.forward(prompt[:3])  # some of the prompt cached, the rest fed with the tree
     pending = prompt[3:]
     m = len(pending)
@@ -46,7 +46,7 @@ def test_tree_forward_gives_each_node_its_path_logits(target):
 
 
 def test_crop_forgets_rejected_slots(target):
-    kv = KVModel(target.model)
+    kv = DynamicEngine(target.model)
     kv.forward([5, 6, 7, 8, 9])
     kv.crop(3)
     assert kv.length == 3
@@ -65,7 +65,7 @@ def test_compact_moves_an_accepted_path_next_to_the_cache(target):
     for i, p in enumerate(parents):
         if p >= 0:
             depth[i], tree[i] = depth[p] + 1, tree[i] | tree[p]
-    kv = KVModel(target.model)
+    kv = DynamicEngine(target.model)
     kv.forward(prefix)
     P = kv.length
     kv.forward(tokens, [P + d for d in depth], tree)
@@ -77,7 +77,7 @@ def test_compact_moves_an_accepted_path_next_to_the_cache(target):
 
 
 def test_compact_of_a_contiguous_prefix_is_a_crop(target):
-    kv = KVModel(target.model)
+    kv = DynamicEngine(target.model)
     kv.forward([3, 4, 5, 6, 7, 8])
     kv.compact(2, [2, 3])
     assert kv.length == 4
@@ -88,7 +88,7 @@ def test_sliding_window_models_are_rejected():
     config = MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, sliding_window=16)
     with pytest.raises(UserError, match="sliding"):
-        KVModel(MistralForCausalLM(config))
+        DynamicEngine(MistralForCausalLM(config))
 
 
 # ------------------------------------------------------------------------------------ tree templates

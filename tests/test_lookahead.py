@@ -9,7 +9,7 @@ from conftest import prompts
 from helpers_decoding import ar, cycle_successor, map_model
 from specnoise.config import LookaheadConfig
 from specnoise.decoding.base import build_decoder
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.lookahead import Window, layout, window_shape
 from specnoise.decoding.ngram import NGramPool
 from specnoise.decoding.trees import with_prefix
@@ -26,7 +26,7 @@ def test_every_token_of_the_block_gets_the_logits_of_its_path(target, shape):
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(3, 96, (4 + trunk - 1,), generator=gen).tolist()
     block = torch.randint(3, 96, (lay.tree.shape[0],), generator=gen).tolist()
-    kv = KVModel(target.model)
+    kv = DynamicEngine(target.model)
     kv.forward(prefix[:4])
     root = len(prefix)
     positions = torch.cat([torch.arange(4, root), lay.offsets + root])
@@ -34,7 +34,7 @@ def test_every_token_of_the_block_gets_the_logits_of_its_path(target, shape):
     for i in range(len(block)):
         seen = lay.tree[i].nonzero().flatten().tolist()
         assert int(lay.offsets[i]) == len(seen) - 1  # its position = the length of its path
-        ref = KVModel(target.model).forward(prefix + [block[j] for j in seen])[-1]
+        ref = DynamicEngine(target.model).forward(prefix + [block[j] for j in seen])[-1]
         assert torch.allclose(logits[i], ref, atol=1e-4), f"block token {i} of {shape}"
 
 
@@ -57,7 +57,7 @@ def test_window_warms_up_then_feeds_the_pool(target):
     N, W = 4, 3
     pool = NGramPool(5)
     window = Window(N, W, pool, [5, 6, 7, 8], torch.Generator().manual_seed(0))
-    model, seq = KVModel(target.model), [5, 6, 7, 8]
+    model, seq = DynamicEngine(target.model), [5, 6, 7, 8]
     verifier = Verifier(model, torch.Tensor.tolist)
     lengths, sizes = [], []
     for _ in range(4):

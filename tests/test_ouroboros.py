@@ -23,7 +23,7 @@ from helpers_decoding import (
 )
 from specnoise.config import OuroborosConfig
 from specnoise.decoding.base import build_decoder
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.ngram import NGramPool
 from specnoise.decoding.ouroboros import harvest_discarded, harvest_specbench
 from specnoise.decoding.sampling import warp
@@ -144,8 +144,8 @@ def test_sampling_keeps_the_target_distribution():
     target = dataclasses.replace(target, eos_ids=frozenset())
     cfg = OuroborosConfig(temperature=1.0, gamma=3, W=4, phrase_len=1, K=3, seed=2)
     first, second = exact_marginals(target, cfg)
-    d0 = int(KVModel(drafter.model).forward(PROMPT)[-1].argmax())
-    p_after = warp(KVModel(target.model).forward(PROMPT + [d0])[-1], cfg)
+    d0 = int(DynamicEngine(drafter.model).forward(PROMPT)[-1].argmax())
+    p_after = warp(DynamicEngine(target.model).forward(PROMPT + [d0])[-1], cfg)
     after = p_after.argsort(descending=True).tolist()
     decoder = build_decoder(cfg, target, drafter)
     outs = []

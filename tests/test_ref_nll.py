@@ -18,7 +18,7 @@ from specnoise.bench.ref_nll import RefNLL, reference_ids, reference_nlls, refer
 from specnoise.bench.runner import run_benchmark
 from specnoise.config import ASSETS_DIR, BenchmarkConfig, config_dir
 from specnoise.data.templates import encode_prompt
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 
 SHIPPED_SFT = ASSETS_DIR / "models" / "small-code-sft"
 HUMANEVAL = str(ASSETS_DIR / "data" / "humaneval" / "HumanEval.jsonl.gz")
@@ -49,7 +49,7 @@ def test_sequence_nll_is_the_mean_log_loss_of_the_reference_tokens():
     """Checked against a plain full forward: an off-by-one in the teacher forcing would score the wrong logits."""
     model = random_llama(len(tiny_tokenizer()))
     prompt, target = [5, 9, 17, 33], [40, 2, 71]
-    got = sequence_nll(KVModel(model), prompt, target)
+    got = sequence_nll(DynamicEngine(model), prompt, target)
     with torch.no_grad():
         logp = model(torch.tensor([prompt + target])).logits[0].float().log_softmax(-1)
     want = -sum(logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(target))

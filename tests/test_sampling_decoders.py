@@ -19,7 +19,7 @@ from conftest import prompts
 from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ARConfig
 from specnoise.decoding.base import build_decoder
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.sampling import draw, warp
 from specnoise.decoding.verifier import Step, Verifier
 
@@ -36,7 +36,7 @@ def pair():
 def exact_marginals(target, cfg, n: int = 3) -> list[torch.Tensor]:
     """The distributions of the first ``n`` generated tokens after PROMPT, by enumerating every prefix."""
     def p(prefix):
-        return warp(KVModel(target.model).forward(PROMPT + prefix)[-1], cfg)
+        return warp(DynamicEngine(target.model).forward(PROMPT + prefix)[-1], cfg)
 
     marginals, layer = [], {(): 1.0}  # prefix -> its probability
     for _ in range(n):

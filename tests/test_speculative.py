@@ -14,7 +14,7 @@ from helpers_decoding import PROMPT, SAMPLES, TV_MAX, ar, exact_marginals, recor
 from helpers_models import tiny_tokenizer
 from specnoise.config import SpeculativeConfig, UserError
 from specnoise.decoding.base import build_decoder
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.sampling import sample, warp
 from specnoise.decoding.speculative import draft_vocab
 
@@ -86,7 +86,7 @@ def test_draft_vocab_must_cover_the_targets_real_tokens():
     real = len(tok)
     target = dataclasses.replace(make_model("llama", vocab_size=real + 16), tokenizer=tok)  # padded rows
     smaller = dataclasses.replace(make_model("llama", layers=1, vocab_size=real), tokenizer=tok)
-    assert draft_vocab(target, smaller, KVModel(target.model), KVModel(smaller.model)) == real + 16
+    assert draft_vocab(target, smaller, DynamicEngine(target.model), DynamicEngine(smaller.model)) == real + 16
     too_small = dataclasses.replace(make_model("llama", layers=1, vocab_size=real - 8), tokenizer=tok)
     with pytest.raises(UserError, match="vocabulary"):
         build_decoder(SpeculativeConfig(), target, too_small)
@@ -101,7 +101,7 @@ def test_sampling_keeps_the_target_distribution():
     target = dataclasses.replace(target, eos_ids=frozenset())  # never stop early: exactly two tokens each
     cfg = SpeculativeConfig(temperature=1.0, gamma=3, seed=1)
     first, second = exact_marginals(target, cfg)
-    q = warp(KVModel(drafter.model).forward(PROMPT)[-1], cfg)
+    q = warp(DynamicEngine(drafter.model).forward(PROMPT)[-1], cfg)
     decoder = build_decoder(cfg, target, drafter)
     got_first, got_second = sampled_marginals(decoder)
     assert tv(got_first, first) < TV_MAX and tv(got_second, second) < TV_MAX

@@ -23,7 +23,7 @@ from specnoise.bench.runner import run_benchmark
 from specnoise.config import DECODER_SCHEMAS, ConfigError, ModelConfig, config_dir
 from specnoise.decoding import static_kv
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.static_kv import StaticEngine, capacity_for
 from specnoise.models import load_model, use_static_cache
 
@@ -91,7 +91,7 @@ def test_hf_static_equals_ar(target):
 # ------------------------------------------------------------------------------------ the primitives
 def compare(ops, model, **engine):
     """Run the same operations on both engines; every forward's logits and every length must agree."""
-    dynamic, fixed = KVModel(model), StaticEngine(model, **engine)
+    dynamic, fixed = DynamicEngine(model), StaticEngine(model, **engine)
     for op, *args in ops:
         if op == "forward":
             a, b = dynamic.forward(*args), fixed.forward(*args)

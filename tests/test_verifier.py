@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specnoise.config import ARConfig
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.verifier import Proposal, Verifier, chain_shape, prompt_seed, tree_shape
 
 TRIALS = 4000
@@ -60,11 +60,11 @@ def test_chain_step_accepts_the_matching_prefix():
 def test_tree_step_keeps_only_the_accepted_paths_kv(target):
     """After commit, the cache holds prefix + root + the accepted nodes, and the next token's logits are those of a
     plain forward of that text."""
-    kv = KVModel(target.model)
+    kv = DynamicEngine(target.model)
     verifier = Verifier(kv, torch.Tensor.tolist)
     prefix = [5, 6, 7]
-    y = KVModel(target.model).forward(prefix).argmax(-1).tolist()
-    second = KVModel(target.model).forward(prefix + [y[-1]]).argmax(-1).tolist()[-1]
+    y = DynamicEngine(target.model).forward(prefix).argmax(-1).tolist()
+    second = DynamicEngine(target.model).forward(prefix + [y[-1]]).argmax(-1).tolist()[-1]
     wrong = (y[-1] + 1) % 90 + 3
     # two children of the root: a wrong one first, then the right one with its right child
     shape = tree_shape([0, 0, 2])
@@ -72,7 +72,7 @@ def test_tree_step_keeps_only_the_accepted_paths_kv(target):
     assert v.tokens[:2] == [y[-1], second] and v.path[:3] == [0, 2, 3]
     verifier.commit(v)
     assert kv.length == len(prefix) + 2  # root + two accepted nodes; the bonus has no KV yet
-    ref = KVModel(target.model).forward(prefix + [y[-1], second, v.tokens[2]])[-1]
+    ref = DynamicEngine(target.model).forward(prefix + [y[-1], second, v.tokens[2]])[-1]
     assert torch.allclose(kv.forward([v.tokens[2]])[-1], ref, atol=1e-4)
 
 

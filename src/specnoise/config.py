@@ -132,8 +132,66 @@ class ArchConfig:
 
 
 @dataclass
+class TrajectoryConfig:
+    """Jacobi trajectories collected on the model being trained (training/trajectories.py), shared by the
+    consistency stages: per prompt, ``block``-token blocks Jacobi-iterated (greedy, KV cached) to their fixed
+    point, every intermediate state kept."""
+
+    block: int = 16  # tokens per Jacobi block (CLLM: n = 16)
+    max_new_tokens: int = 128  # per prompt, in whole blocks (CLLM: max_new_seq_len 512)
+    prompts: int | None = None  # training prompts to collect on, the first N of the training split (None: all)
+    cache_dir: str = "outputs/trajectories"  # keyed by model + prompts + settings: a rerun reuses, a resume continues
+    trajectories: str | None = None  # an explicit trajectory file (.jsonl) instead of the keyed cache
+    repeat_ngram: int = 10  # an output in which one repeat_ngram-gram occurs repeat_count times is dropped
+    repeat_count: int = 3
+    ar_weight: float = 10.0  # loss = ar_weight * AR cross-entropy + consistency (CLLM: 10)
+    label_smoothing: float = 0.1  # on the AR cross-entropy (CLLM: 0.1)
+    seed: int = 0  # initial block states (random prompt tokens, as CLLM)
+
+    def __post_init__(self) -> None:
+        key = f"train.{self.key}"
+        check(self.block > 1, f"{key}.block", f"got {self.block}: a Jacobi block needs at least 2 tokens (one "
+              "token per step is plain AR decoding, nothing to make consistent); use 16 as CLLM")
+        check(self.max_new_tokens >= self.block, f"{key}.max_new_tokens",
+              f"got {self.max_new_tokens} < block {self.block}: collect at least one block")
+        check(self.prompts is None or self.prompts >= 1, f"{key}.prompts", f"got {self.prompts}, use null or >= 1")
+        at_least(self.repeat_ngram, f"{key}.repeat_ngram", 1)
+        at_least(self.repeat_count, f"{key}.repeat_count", 2)
+        at_least(self.ar_weight, f"{key}.ar_weight", 0.0)
+        check(0.0 <= self.label_smoothing < 1.0, f"{key}.label_smoothing", f"got {self.label_smoothing}, use [0, 1)")
+
+    key: ClassVar[str] = "trajectory"
+
+
+@dataclass
+class CLLMConfig(TrajectoryConfig):
+    key: ClassVar[str] = "cllm"
+    ar_labels: str = "fixed_point"  # fixed_point: the model's own collected output | gold: the data's response
+    consistency: str = "global"  # global: state -> fixed point (released code) | local: state -> next state (paper)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self.ar_labels, "train.cllm.ar_labels", ("fixed_point", "gold"))
+        one_of(self.consistency, "train.cllm.consistency", ("global", "local"))
+
+
+@dataclass
+class JacobiForcingConfig(TrajectoryConfig):
+    key: ClassVar[str] = "jacobi_forcing"
+    min_noisy_ratio: float = 0.0  # unconverged fraction of the first block of a window
+    max_noisy_ratio: float = 1.0  # ... rising linearly to this at the window's last block
+    window: int = 0  # blocks over which the ratio rises (then it starts again); 0: all blocks of a sample
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0.0 <= self.min_noisy_ratio <= self.max_noisy_ratio <= 1.0, "train.jacobi_forcing.min_noisy_ratio",
+              f"got min {self.min_noisy_ratio}, max {self.max_noisy_ratio}: need 0 <= min <= max <= 1")
+        at_least(self.window, "train.jacobi_forcing.window", 0)
+
+
+@dataclass
 class TrainConfig:
-    name: str = "none"  # none | sft | msn | pretrain
+    name: str = "none"  # none | sft | msn | pretrain | cllm | jacobi_forcing
     output_dir: str = "model"  # relative to the Hydra run directory
     max_steps: int = -1  # > 0 overrides epochs
     epochs: float = 1.0
@@ -159,9 +217,11 @@ class TrainConfig:
     num_workers: int = 0
     save_dtype: str = "float32"  # dtype of the saved final model (bfloat16 halves the files of shipped models)
     max_minutes: float | None = None  # time budget: stop then, warmup + cosine over wall-clock time (see trainer)
+    cllm: CLLMConfig = field(default_factory=CLLMConfig)  # only train=cllm
+    jacobi_forcing: JacobiForcingConfig = field(default_factory=JacobiForcingConfig)  # only train=jacobi_forcing
 
     def __post_init__(self) -> None:
-        one_of(self.name, "train.name", ("none", "sft", "msn", "pretrain"))
+        one_of(self.name, "train.name", ("none", "sft", "msn", "pretrain", "cllm", "jacobi_forcing"))
         one_of(self.save_dtype, "train.save_dtype", ("float32", "bfloat16", "float16"))
         check(self.max_minutes is None or self.max_minutes > 0, "train.max_minutes",
               f"got {self.max_minutes}, use null or > 0")

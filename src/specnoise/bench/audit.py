@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 
 TIE_BOUND = {torch.float32: 1e-5, torch.float16: 4 * 2.0**-10, torch.bfloat16: 4 * 2.0**-7}
 
@@ -50,7 +50,7 @@ def audit_divergences(runs: dict, model: torch.nn.Module) -> dict[tuple[str, str
 
     Returns (decoder, sample id, turn) -> verdict fields, for every turn that differs from AR's on the same
     prompt (a later turn asked after a different answer is not comparable). Run outside the timed regions."""
-    kv, logits_at, audits = KVModel(model), {}, {}
+    kv, logits_at, audits = DynamicEngine(model), {}, {}
     for name, by_sample in runs.items():
         if name == "ar":
             continue

@@ -24,7 +24,7 @@ import torch
 import specnoise.attention  # noqa: F401  (registers attn_implementation=sdpa_gqa)
 from specnoise.config import Config, UserError
 from specnoise.decoding.cost import interpolate, measure_forward_costs, measure_forward_times  # noqa: F401
-from specnoise.decoding.kv import KVModel, sync
+from specnoise.decoding.kv import DynamicEngine, sync
 from specnoise.decoding.static_kv import StaticEngine
 from specnoise.models import use_static_cache
 
@@ -113,7 +113,7 @@ def run_forward_cost(conf: Config, run_dir: Path) -> Path:
     qs = sorted({1, *fc.q})  # t(1) is the unit of every ratio
     # the engine decoders would use (model.static_cache / model.compile); compiled: one graph per probed q only
     static = use_static_cache(conf.model.static_cache, conf.model.compile, next(model.parameters()).device)
-    kv = StaticEngine(model, compile=conf.model.compile, buckets=tuple(qs)) if static else KVModel(model)
+    kv = StaticEngine(model, compile=conf.model.compile, buckets=tuple(qs)) if static else DynamicEngine(model)
     kv.reserve((fc.cache_len or 0) + qs[-1])  # a static cache sized for the probe, not more: forwards attend over it
     times = measure_forward_times(kv, qs, fc.cache_len, fc.repeats, fc.warmup, conf.seed)
     floor = memory_floor(model) if fc.memory_floor else None

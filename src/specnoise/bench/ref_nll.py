@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from specnoise.bench.datasets import Sample
 from specnoise.data.templates import encode_prompt
-from specnoise.decoding.kv import KVModel
+from specnoise.decoding.kv import DynamicEngine
 
 
 @dataclass
@@ -52,7 +52,7 @@ def reference_ids(tokenizer, prompt_text: str, prompt_ids: list[int], reference:
     return tokenizer(text, add_special_tokens=False)["input_ids"]  # a merge across the join: the text alone
 
 
-def sequence_nll(model: KVModel, prompt: list[int], target: list[int]) -> RefNLL:
+def sequence_nll(model: DynamicEngine, prompt: list[int], target: list[int]) -> RefNLL:
     """Teacher-forced NLL of ``target`` after ``prompt``: one forward of prompt + target[:-1], whose last
     len(target) logits predict the target tokens."""
     model.reset()
@@ -67,7 +67,7 @@ def reference_nlls(model: torch.nn.Module, tokenizer, samples: list[Sample],
     """sample id -> NLL of its reference for every sample that has one and whose prompt fits the model's
     context; a reference longer than the room left after the prompt is cut to fit (``tokens`` counts what was
     scored)."""
-    kv = KVModel(model)
+    kv = DynamicEngine(model)
     out = {}
     for sample in samples:
         reference = reference_text(sample)

@@ -226,7 +226,6 @@ class DynamicEngine(Engine):
             self.cache.crop(-extra)
 
 
-KVModel = DynamicEngine  # the name the layers above (audit, ref_nll, forward_cost, training) use for a plain engine
 
 
 @torch.inference_mode()

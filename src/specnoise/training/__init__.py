@@ -1,5 +1,6 @@
 """Training stages: ``train=sft`` (supervised fine-tuning), ``train=msn`` (SFT with noisy inputs, Make Some
-Noise) and ``train=pretrain`` (a model and tokenizer from scratch, for the shipped tiny models)."""
+Noise), ``train=pretrain`` (a model and tokenizer from scratch, for the shipped tiny models), ``train=cllm`` and
+``train=jacobi_forcing`` (consistency training on the model's own Jacobi trajectories: consistency.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from specnoise.config import Config
+from specnoise.config import Config, UserError
 from specnoise.training.collator import Collator
 
 log = logging.getLogger("specnoise.train")
@@ -41,6 +42,8 @@ def train(conf: Config, cfg: DictConfig, run_dir: Path) -> Path:
         train_set, eval_set = load_sft(conf.data, load_tokenizer(conf.model), conf.model.template, t)
         if t.name == "msn":
             check_noise_fits(train_set, t.noise)
+        if t.name in ("cllm", "jacobi_forcing"):
+            return train_consistency(conf, cfg, run_dir, train_set, eval_set)
         # fp32 master weights on the CPU; Trainer places them and train.bf16 adds autocast
         loaded = load_model(dataclasses.replace(conf.model, dtype="float32", device="cpu"))
         model, tokenizer = loaded.model, loaded.tokenizer
@@ -49,3 +52,39 @@ def train(conf: Config, cfg: DictConfig, run_dir: Path) -> Path:
     collator = Collator(pad_id, noise=t.noise if t.name == "msn" else None,
                         vocab_size=len(tokenizer), seed=t.seed)
     return fit(model, tokenizer, train_set, eval_set, collator, conf, cfg, run_dir)
+
+
+def train_consistency(conf: Config, cfg: DictConfig, run_dir: Path, train_set: list[dict], eval_set: list[dict]):
+    """CLLM / Jacobi Forcing: collect (or reuse) the model's Jacobi trajectories, then train on them."""
+    from specnoise.models import load_model
+    from specnoise.training.consistency import CLLMCollator, ConsistencyTrainer, JFCollator, cllm_samples, jf_samples
+    from specnoise.training.trainer import fit
+    from specnoise.training.trajectories import TrajectoryStore, collect, model_fingerprint, select_prompts
+
+    t = conf.train
+    tcfg = t.cllm if t.name == "cllm" else t.jacobi_forcing
+    # every check that needs no weights first: prompt count, and that a given trajectory file is this model's
+    prompts = select_prompts(train_set, tcfg)
+    fingerprint = model_fingerprint(conf.model.path, conf.model.revision)
+    TrajectoryStore(tcfg, fingerprint, prompts).check()
+    loaded = load_model(dataclasses.replace(conf.model, dtype="float32", device="cpu"))
+    model, tokenizer = loaded.model, loaded.tokenizer
+    records, stats = collect(model, tokenizer, prompts, tcfg, fingerprint)
+    model.to("cpu").train()  # Trainer places it
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if t.name == "cllm":
+        samples, cut = cllm_samples(records, t.max_seq_len)
+        collator = CLLMCollator(pad_id, tokenizer.eos_token_id, tcfg, seed=t.seed)
+    else:
+        samples, cut = jf_samples(records, t.max_seq_len)
+        collator = JFCollator(pad_id, tokenizer.eos_token_id, tcfg)
+    if not samples:
+        raise UserError(f"train={t.name}: no training sample fits train.max_seq_len={t.max_seq_len} (prompt + "
+                        f"{'2 x ' if t.name == 'jacobi_forcing' else ''}block); raise train.max_seq_len")
+    if cut:
+        log.warning("%d blocks beyond train.max_seq_len=%d left out", cut, t.max_seq_len)
+    stats.update(consistency_samples=len(samples), blocks_beyond_max_seq_len=cut)
+    log.info("%s: %d training samples from %d prompts", t.name, len(samples), len(records))
+    return fit(model, tokenizer, samples, eval_set, collator, conf, cfg, run_dir,
+               eval_collator=Collator(pad_id), trainer_class=ConsistencyTrainer,
+               trainer_kwargs={"method": t.name, "cfg": tcfg}, summary_extra=stats)

@@ -105,10 +105,17 @@ class SpecnoiseTrainer(Trainer):
         super().log(logs, *args, **kwargs)
 
 
-def on_main_process() -> bool:
+def process_state():
+    """accelerate's process state as Trainer will see it. Without CUDA it must be asked with ``cpu=True`` (what
+    TrainingArguments(use_cpu=True) does): a plain ``PartialState()`` on a machine without GPUs reports ONE process
+    even under a 2-process launch, so every rank would think it is rank 0 and collect every trajectory."""
     from accelerate import PartialState
 
-    return PartialState().is_main_process
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def on_main_process() -> bool:
+    return process_state().is_main_process
 
 
 def keep_first_overrides(run_dir: Path, resume: bool) -> None:
@@ -127,10 +134,9 @@ def keep_first_overrides(run_dir: Path, resume: bool) -> None:
 
 def agree_on_run_dir(run_dir: Path) -> Path:
     """Every rank composes its own timestamped Hydra directory: take rank 0's so all write to one place."""
-    from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
-    state = PartialState()
+    state = process_state()
     if state.num_processes > 1:
         run_dir = Path(broadcast_object_list([str(run_dir)], from_process=0)[0])
     return run_dir
@@ -192,17 +198,35 @@ def last_checkpoint(run_dir: Path) -> str:
     return last
 
 
-def fit(model, tokenizer, train_set, eval_set, collator: Collator, conf: Config, cfg: DictConfig,
-        run_dir: Path) -> Path:
-    """Train, evaluate on the held-out set, save the final model; returns its folder."""
+def totals(stats, train_loss: float) -> tuple[dict, float]:
+    """The collator's counts summed over all processes (each rank's collator saw only its own batches) and the mean
+    training loss over them, so a many-process train_results.json reads like one process's."""
+    from accelerate.utils import gather_object
+
+    if process_state().num_processes == 1:
+        return dict(stats), train_loss
+    per_rank = gather_object([(dict(stats), train_loss)])
+    summed: dict = {}
+    for s, _ in per_rank:
+        for k, v in s.items():
+            summed[k] = summed.get(k, 0) + v
+    return summed, sum(r[1] for r in per_rank) / len(per_rank)
+
+
+def fit(model, tokenizer, train_set, eval_set, collator, conf: Config, cfg: DictConfig, run_dir: Path,
+        eval_collator: Collator | None = None, trainer_class=SpecnoiseTrainer, trainer_kwargs: dict | None = None,
+        summary_extra: dict | None = None) -> Path:
+    """Train, evaluate on the held-out set, save the final model; returns its folder. ``eval_collator``: how
+    held-out samples are batched (default: the training collator without noise)."""
     t = conf.train
     tracker, report_to = open_tracker(conf, cfg, run_dir)
     args = training_args(conf, run_dir, report_to, has_eval=bool(eval_set))
     budget = TimeBudget(t.max_minutes, t.warmup_ratio) if t.max_minutes else None
-    trainer = SpecnoiseTrainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set or None,
-                               data_collator=collator, eval_collator=collator.clean(), processing_class=tokenizer,
-                               budget=budget)
-    collator.model = trainer.model
+    trainer = trainer_class(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set or None,
+                            data_collator=collator, eval_collator=eval_collator or collator.clean(),
+                            processing_class=tokenizer, budget=budget, **(trainer_kwargs or {}))
+    if isinstance(collator, Collator):
+        collator.model = trainer.model
     resume = last_checkpoint(run_dir) if t.resume else None
     if resume:
         log.info("resuming from %s", resume)
@@ -216,6 +240,7 @@ def fit(model, tokenizer, train_set, eval_set, collator: Collator, conf: Config,
     metrics = trainer.evaluate() if eval_set else {}
     if t.save_dtype != "float32":
         model.to(getattr(torch, t.save_dtype))
+    stats, train_loss = totals(collator.stats, result.training_loss)
     final = run_dir / t.output_dir
     partial = final.with_name(final.name + ".partial")  # renamed when complete: no half-written model folder
     trainer.save_model(str(partial))  # rank 0 writes; weights + config + tokenizer (processing_class)
@@ -228,15 +253,16 @@ def fit(model, tokenizer, train_set, eval_set, collator: Collator, conf: Config,
             "stage": t.name,
             "model": str(final),
             "steps": trainer.state.global_step,
-            "train_loss": result.training_loss,
+            "train_loss": train_loss,
             "heldout_loss": metrics.get("eval_loss"),
             "heldout_ppl": math.exp(metrics["eval_loss"]) if "eval_loss" in metrics else None,
             "heldout_samples": len(eval_set or []),
             "train_samples": len(train_set),
-            "tokens_seen": trainer.state.num_input_tokens_seen,
+            "tokens_seen": trainer.state.num_input_tokens_seen,  # Trainer gathers it over the processes
             "train_seconds": round(seconds, 1),
             "parameters": model.num_parameters(),
-            **dict(collator.stats),
+            **stats,
+            **(summary_extra or {}),
         }
         (run_dir / "train_results.json").write_text(json.dumps(summary, indent=2))
         tracker.summary({k: v for k, v in summary.items() if isinstance(v, (int, float))})
