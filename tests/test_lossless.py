@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import prompts
-from helpers_decoding import CYCLE, ar, cycle_successor, map_model
+from helpers_decoding import CYCLE, ar, cycle_successor, map_model, schema
 from specnoise.config import DECODER_SCHEMAS, UserError
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
 
@@ -20,7 +20,7 @@ PROMPTS = prompts(6, seed=1)
 
 
 def build(name: str, target, draft, **overrides):
-    return build_decoder(DECODER_SCHEMAS[name](**overrides), target, draft)
+    return build_decoder(schema(name, **overrides), target, draft)
 
 
 def check_output(out, max_new_tokens: int) -> None:
