@@ -316,6 +316,9 @@ class TokenRecyclingConfig(DecoderConfig):
 
         one_of(self.tree, "decoder.tree", tuple(TREES))
         at_least(self.topk, "decoder.topk", 1)
+        widest = 1 + max(c for node in TREES[self.tree] for c in node)
+        check(self.topk >= widest, "decoder.topk", f"got {self.topk}: tree {self.tree} uses candidate ranks up to "
+                                                   f"{widest - 1}, set decoder.topk >= {widest} or a smaller tree")
 
 
 SHIPPED_CORPUS = str(ASSETS_DIR / "data" / "codegen-instruct.json")  # the shipped SFT data (conf/data/codegen-instruct)

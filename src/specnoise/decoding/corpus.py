@@ -46,7 +46,7 @@ def texts(path: Path) -> list[str]:
         if isinstance(row, list):
             return "\n".join(map(text, row))
         if isinstance(row, dict):
-            return "\n".join(text(row[k]) if k in row else "" for k in (*TEXT_KEYS, "conversations")).strip()
+            return "\n".join(text(row[k]) for k in (*TEXT_KEYS, "conversations") if k in row).strip()
         return ""
     return [t for t in map(text, rows if isinstance(rows, list) else [rows]) if t.strip()]
 
@@ -152,6 +152,13 @@ class SuffixArray:
             else:
                 high = n - 1
         return best
+
+    def first(self, n: int, lo: int, hi: int, depth: int) -> list[int]:
+        """The ``depth`` tokens after the first occurrence in the corpus of a match of length ``n`` (up to its
+        document's end): what a suffix automaton's first end position gives."""
+        start = int(self.sa[lo:hi].min()) + n
+        row = self.tokens[start:start + depth].tolist()
+        return row[:row.index(-1)] if -1 in row else row
 
     def continuations(self, n: int, lo: int, hi: int, depth: int, limit: int) -> np.ndarray:
         """[m, depth]: the ``depth`` tokens after up to ``limit`` occurrences (spread evenly over the interval) of a

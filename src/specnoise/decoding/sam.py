@@ -6,14 +6,15 @@ Two sources, the longer match wins (the dynamic one on a tie):
     after its first occurrence are the draft;
   * optionally a static corpus (``decoder.corpus``, tokenized and cached on disk, corpus.py): the longest suffix of
     the text occurring in it, tracked across steps (the match can only grow by the tokens a step adds), and the
-    tokens after its first occurrence in suffix order.
+    tokens after its first occurrence in the corpus.
 A match shorter than ``min_match`` drafts with the fallback instead: Token Recycling's tree (SAM-Decoding[T]; its
 matrix is fed by every step, matched chains included), or nothing (an AR step).
 
 Departures from the paper's code: the static side is a suffix array searched by binary search, not a suffix
-automaton (the same answer, the longest suffix that occurs and a continuation of it, at O(log n) per token of match
-instead of O(1), and a structure numpy can sort and cache); which corpus occurrence is drafted differs (the first in
-suffix order, not the automaton's stored one); the paper's EAGLE fallback is not offered, Token Recycling is; and
+automaton (the same answer, the longest suffix that occurs and the tokens after its first occurrence, at O(log n)
+per token of match instead of O(1), and a structure numpy can sort and cache); when fewer than ``max_draft`` tokens
+follow the dynamic match (a repeat overlapping itself, as in a run of one token) it backs off to shorter suffixes
+whose first occurrence has more text after it; the paper's EAGLE fallback is not offered, Token Recycling is; and
 the match threshold and draft length are plain config values, not tuned per model.
 """
 
@@ -61,9 +62,12 @@ class SuffixAutomaton:
                 self.link[q] = self.link[cur] = clone
         self.last = cur
 
-    def match(self) -> tuple[int, int]:
-        """(length, end): the longest suffix that occurred earlier, and where its first occurrence ends."""
+    def match(self, room: int, shortest: int) -> tuple[int, int]:
+        """(length, end): the longest suffix that occurred earlier and where its first occurrence ends, backing off
+        to shorter suffixes (at least ``shortest`` long) while fewer than ``room`` tokens follow that occurrence."""
         s = self.link[self.last]
+        while self.size - 1 - self.first[s] < room and self.length[self.link[s]] >= shortest:
+            s = self.link[s]  # a shorter suffix may first occur earlier, with more text after it (a run of one token)
         return self.length[s], self.first[s]
 
 
@@ -93,14 +97,13 @@ class SAM(Drafter):
 
     def propose(self, room):
         cfg, length = self.cfg, min(self.cfg.max_draft, room)
-        n, end = self.automaton.match()
+        n, end = self.automaton.match(length, cfg.min_match)
         draft, source = self.seq[end + 1:end + 1 + length], "dynamic"
         if self.store is not None:
             m, lo, hi = self.store.longest_suffix(self.seq, self.static)
             self.static = m
             if m > n:
-                row = self.store.continuations(m, lo, lo + 1, length, 1)[0]
-                draft, n, source = [int(t) for t in row if t >= 0], m, "static"
+                draft, n, source = self.store.first(m, lo, hi, length), m, "static"
         if n < cfg.min_match or not draft:
             draft, source = [], "fallback"
         self.steps[source] += 1

@@ -17,6 +17,7 @@ speed, never an output, difference); and the prompt's own rows are not recycled 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.kv import upload
@@ -31,10 +32,11 @@ class Recycle:
 
     def __init__(self, M: torch.Tensor, n: int):
         self.M, self.inputs = M, torch.zeros(n, dtype=torch.long, device=M.device)
+        self.k = min(M.shape[1], M.shape[0])  # a vocabulary smaller than k leaves the last columns at 0
 
     def __call__(self, step):
-        n, k = self.inputs.numel(), self.M.shape[1]
-        self.M.index_copy_(0, self.inputs, step.logits[:n].topk(k, dim=-1).indices)
+        top = step.logits[:self.inputs.numel()].topk(self.k, dim=-1).indices
+        self.M.index_copy_(0, self.inputs, F.pad(top, (0, self.M.shape[1] - self.k)))
         return None, None
 
 
@@ -61,8 +63,7 @@ class TokenRecycling(Drafter):
         if len(self.template) + 1 > target.max_length:
             raise ConfigError(f"decoder.tree={cfg.tree} has {len(self.template)} nodes, more than the model's context "
                               f"of {target.max_length}: pick a smaller tree")
-        self.k = min(cfg.topk, target.vocab_size)
-        self.M = torch.zeros(target.vocab_size, self.k, dtype=torch.long, device=target.device)
+        self.M = torch.zeros(target.vocab_size, cfg.topk, dtype=torch.long, device=target.device)
         self.plans: dict[int, Plan] = {}  # by the deepest node kept (trees cut at the budget)
         self.hooks: dict[int, Recycle] = {}  # by block rows
         self.meta = {"tree": cfg.tree, "tree_nodes": len(self.template), "topk": cfg.topk}
