@@ -312,11 +312,9 @@ class TokenRecyclingConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from specnoise.decoding.trees import TEMPLATES as TREES  # data beside the decoder; lazy: no import cycle
-
-        one_of(self.tree, "decoder.tree", tuple(TREES))
+        one_of(self.tree, "decoder.tree", tuple(TREE_TEMPLATES))
         at_least(self.topk, "decoder.topk", 1)
-        widest = 1 + max(c for node in TREES[self.tree] for c in node)
+        widest = 1 + max(c for node in TREE_TEMPLATES[self.tree] for c in node)
         check(self.topk >= widest, "decoder.topk", f"got {self.topk}: tree {self.tree} uses candidate ranks up to "
                                                    f"{widest - 1}, set decoder.topk >= {widest} or a smaller tree")
 
