@@ -3,18 +3,43 @@ recorder that checks KV consistency on every forward, and the exact/sampled marg
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
 
+import numpy as np
 import torch
 
-from conftest import VOCAB, make_model
-from specnoise.config import ARConfig
+from conftest import VOCAB, make_model, prompts
+from specnoise.config import DECODER_SCHEMAS, ARConfig
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.sampling import warp
 
 CYCLE = [10, 11, 12, 13, 14]
 _AR: dict = {}
+CORPUS_DIR = Path(tempfile.mkdtemp(prefix="specnoise-test-corpus-"))  # per process: xdist workers never share it
+atexit.register(shutil.rmtree, CORPUS_DIR, ignore_errors=True)
+
+
+def token_corpus(vocab: int = VOCAB) -> str:
+    """A corpus of token ids (.npy) for the tokenizer-less test models: the cycle, a run of 7s and random prompts, so
+    retrieval drafters find matches, right ones on the map models, mostly wrong ones elsewhere."""
+    path = CORPUS_DIR / f"ids-{vocab}.npy"
+    if not path.exists():
+        docs = [CYCLE * 6, [7] * 30] + prompts(30, seed=1)
+        np.save(path, np.array([t for doc in docs for t in (*(i % vocab for i in doc), -1)], dtype=np.int32))
+    return str(path)
+
+
+def schema(name: str, vocab: int = VOCAB, **overrides):
+    """``name``'s config for the test models; REST, which needs a datastore, gets ``token_corpus`` (the default, a
+    text corpus, needs a tokenizer these models lack)."""
+    if name == "rest":
+        overrides = {"corpus": token_corpus(vocab), "cache_dir": str(CORPUS_DIR), **overrides}
+    return DECODER_SCHEMAS[name](**overrides)
 
 
 def ar(target, prompt, n):

@@ -117,7 +117,8 @@ def test_cli_bad_input_gives_one_clear_line(args, message, tmp_path):
     assert "Traceback" not in out.stdout + out.stderr
 
 
-SAMPLERS = ["ar", "jacobi", "tr_jacobi", "pld", "lookahead", "speculative", "ouroboros"]
+SAMPLERS = ["ar", "jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam", "rest", "speculative",
+            "ouroboros"]
 
 
 @pytest.mark.parametrize("decoder,key,value", [("hf_greedy", "temperature", 1.0), ("hf_assisted", "top_p", 0.5),

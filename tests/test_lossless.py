@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import prompts
-from helpers_decoding import CYCLE, ar, cycle_successor, map_model
+from helpers_decoding import CYCLE, ar, cycle_successor, map_model, schema
 from specnoise.config import DECODER_SCHEMAS, UserError
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
 
@@ -20,7 +20,7 @@ PROMPTS = prompts(6, seed=1)
 
 
 def build(name: str, target, draft, **overrides):
-    return build_decoder(DECODER_SCHEMAS[name](**overrides), target, draft)
+    return build_decoder(schema(name, **overrides), target, draft)
 
 
 def check_output(out, max_new_tokens: int) -> None:
@@ -167,11 +167,12 @@ def test_forward_counts_of_the_hf_peers(cycle):
     assert draft.model.generation_config.to_dict() == before  # the draft's own config is left as it was
 
 
-@pytest.mark.parametrize("name", ["lookahead", "pld", "speculative", "ouroboros"])
+@pytest.mark.parametrize("name", ["lookahead", "pld", "speculative", "ouroboros", "token_recycling", "sam", "rest"])
 def test_a_prompts_steps_do_not_depend_on_the_prompts_before_it(name, target, draft):
-    """Noise is seeded per prompt: the same prompt takes the same steps first or after others (Ouroboros: with its
-    cross-prompt phrase pool switched off). Jacobi and TR-Jacobi keep one generator per decoder (README)."""
-    options = {"reuse_history": False} if name == "ouroboros" else {}
+    """Noise is seeded per prompt: the same prompt takes the same steps first or after others (Ouroboros, Token
+    Recycling and SAM's fallback: with their cross-prompt pool / matrix switched off). Jacobi and TR-Jacobi keep one
+    generator per decoder (README)."""
+    options = {"reuse_history": False} if name in ("ouroboros", "token_recycling", "sam") else {}
     prompt, other = PROMPTS[0], PROMPTS[1]
     first = build(name, target, draft, **options).generate(prompt, NEW_TOKENS)
     decoder = build(name, target, draft, **options)

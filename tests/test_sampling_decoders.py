@@ -16,14 +16,15 @@ import pytest
 import torch
 
 from conftest import prompts
-from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, tiny_pair, tv
+from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ARConfig
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.sampling import draw, warp
 from specnoise.decoding.verifier import Step, Verifier
 
-SEVEN = ["ar", "jacobi", "tr_jacobi", "pld", "lookahead", "speculative", "ouroboros"]
+SAMPLERS = ["ar", "jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam", "rest", "speculative",
+            "ouroboros"]
 OPTIONS = dict(temperature=1.0, top_k=5, top_p=0.95, seed=4)
 
 
@@ -56,20 +57,20 @@ def sampled(decoder, n=SAMPLES) -> list[list[int]]:
     return [[o[j] for o in outs] for j in range(3)]
 
 
-@pytest.mark.parametrize("name", [n for n in SEVEN if n != "speculative"])
+@pytest.mark.parametrize("name", [n for n in SAMPLERS if n != "speculative"])
 def test_one_seed_gives_ars_sampled_tokens(name, target, draft):
     cfg = dict(temperature=0.9, top_p=0.9, seed=5)
-    decoder = build_decoder(DECODER_SCHEMAS[name](**cfg), target, draft)
+    decoder = build_decoder(schema(name, **cfg), target, draft)
     reference = build_decoder(ARConfig(**cfg), target)
     for prompt in prompts(3, seed=9):
         assert decoder.generate(prompt, 30).tokens == reference.generate(prompt, 30).tokens
     assert reference.generate([5, 6], 30).tokens != reference.generate([5, 6], 30, seed=6).tokens  # seeds matter
 
 
-@pytest.mark.parametrize("name", SEVEN)
+@pytest.mark.parametrize("name", SAMPLERS)
 def test_every_decoder_samples_the_target_distribution(name, pair):
     target, drafter = pair
-    cfg = DECODER_SCHEMAS[name](**OPTIONS)
+    cfg = schema(name, vocab=V, **OPTIONS)
     exact = exact_marginals(target, cfg)
     got = sampled(build_decoder(cfg, target, drafter))
     for j in range(3):

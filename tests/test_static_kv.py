@@ -16,11 +16,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from conftest import prompts
-from helpers_decoding import CYCLE, ar, cycle_successor, map_model
+from helpers_decoding import CYCLE, ar, cycle_successor, map_model, schema
 from helpers_models import save_tiny_model, tiny_tokenizer
 from specnoise.bench.engines import add_speedup_vs_best_ar, engine_meta
 from specnoise.bench.runner import run_benchmark
-from specnoise.config import DECODER_SCHEMAS, ConfigError, ModelConfig, config_dir
+from specnoise.config import ConfigError, ModelConfig, config_dir
 from specnoise.decoding import static_kv
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
 from specnoise.decoding.kv import DynamicEngine
@@ -39,7 +39,7 @@ def static(loaded, **flags):
 
 
 def build(name, target, draft, **overrides):
-    return build_decoder(DECODER_SCHEMAS[name](**overrides), target, draft)
+    return build_decoder(schema(name, **overrides), target, draft)
 
 
 @pytest.fixture(scope="module")

@@ -364,6 +364,69 @@ class LookaheadConfig(DecoderConfig):
 
 
 @dataclass
+class TokenRecyclingConfig(DecoderConfig):
+    name: str = "token_recycling"
+    tree: str = "mc_sim_7b_63"  # static tree template in decoding/trees.py, drafted by BFS over the matrix
+    topk: int = 10  # candidates kept per token (the adjacency matrix's columns; the template's ranks must fit)
+    reuse_history: bool = True  # keep the matrix across prompts (reset after the benchmark warm-up)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        one_of(self.tree, "decoder.tree", tuple(TREE_TEMPLATES))
+        at_least(self.topk, "decoder.topk", 1)
+        widest = 1 + max(c for node in TREE_TEMPLATES[self.tree] for c in node)
+        check(self.topk >= widest, "decoder.topk", f"got {self.topk}: tree {self.tree} uses candidate ranks up to "
+                                                   f"{widest - 1}, set decoder.topk >= {widest} or a smaller tree")
+
+
+SHIPPED_CORPUS = str(ASSETS_DIR / "data" / "codegen-instruct.json")  # the shipped SFT data (conf/data/codegen-instruct)
+
+
+@dataclass
+class SAMConfig(TokenRecyclingConfig):
+    """SAM-Decoding; ``tree`` / ``topk`` / ``reuse_history`` are its Token Recycling fallback's."""
+
+    name: str = "sam"
+    corpus: str | None = None  # JSON/JSONL text (or .npy token ids) for the static automaton; None: dynamic only
+    cache_dir: str = "outputs/corpus_cache"  # tokenized corpora and suffix arrays (relative: to the working dir)
+    max_draft: int = 10  # tokens drafted after the longest match
+    min_match: int = 2  # shorter matches draft with the fallback instead
+    fallback: str = "token_recycling"  # token_recycling | none (a plain AR step)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from specnoise.decoding.corpus import check_corpus  # lazy: no import cycle
+
+        check_corpus(self.corpus)
+        at_least(self.max_draft, "decoder.max_draft", 1)
+        at_least(self.min_match, "decoder.min_match", 1)
+        one_of(self.fallback, "decoder.fallback", ("token_recycling", "none"))
+
+
+@dataclass
+class RESTConfig(DecoderConfig):
+    name: str = "rest"
+    corpus: str = SHIPPED_CORPUS  # JSON/JSONL text (or .npy token ids): the datastore
+    cache_dir: str = "outputs/corpus_cache"  # tokenized corpora and suffix arrays (relative: to the working dir)
+    max_suffix: int = 16  # longest context suffix looked up (the longest that occurs is used)
+    min_suffix: int = 2  # a shorter match drafts nothing
+    num_draft: int = 64  # trie nodes verified per step (the most frequent continuation prefixes)
+    max_depth: int = 8  # tokens per retrieved continuation
+    matches: int = 500  # occurrences whose continuations build the trie (spread over all of them)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from specnoise.decoding.corpus import check_corpus  # lazy: no import cycle
+
+        check_corpus(self.corpus)
+        at_least(self.min_suffix, "decoder.min_suffix", 1)
+        check(self.max_suffix >= self.min_suffix, "decoder.max_suffix",
+              f"got {self.max_suffix}, must be >= decoder.min_suffix={self.min_suffix}")
+        for key in ("num_draft", "max_depth", "matches"):
+            at_least(getattr(self, key), f"decoder.{key}", 1)
+
+
+@dataclass
 class SpeculativeConfig(DecoderConfig):
     name: str = "speculative"
     gamma: int = 5
@@ -442,8 +505,9 @@ class HFAssistedConfig(DecoderConfig):
 
 DECODER_SCHEMAS: dict[str, type[DecoderConfig]] = {
     c.name: c  # the class default: no instance, whose checks may import modules that import this one
-    for c in (ARConfig, JacobiConfig, TRJacobiConfig, PLDConfig, LookaheadConfig, SpeculativeConfig,
-              OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig, HFStaticConfig)
+    for c in (ARConfig, JacobiConfig, TRJacobiConfig, PLDConfig, LookaheadConfig, TokenRecyclingConfig, SAMConfig,
+              RESTConfig, SpeculativeConfig, OuroborosConfig, HFGreedyConfig, HFPLDConfig, HFAssistedConfig,
+              HFStaticConfig)
 }
 
 

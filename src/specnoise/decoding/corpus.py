@@ -1,0 +1,186 @@
+"""A tokenized corpus and its suffix array: the datastore of REST and the static part of SAM-Decoding.
+
+``load_corpus`` turns a JSON / JSONL file of text rows (the shipped SFT data, any alpaca / text / chat rows) into
+one token array, documents separated by -1 so that no match or continuation crosses a document boundary. It is
+tokenized once per (file content, tokenizer) and cached as ``.npy`` + ``.json`` under ``cache_dir``; a ``.npy``
+given as the corpus is taken as token ids already (a cache built elsewhere, or a user's own ids) and checked against
+the tokenizer it records. ``SuffixArray`` sorts the corpus suffixes with numpy prefix doubling (no dependency; a
+corpus of a million tokens sorts in seconds, and the result is cached under ``cache_dir`` too).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specnoise.errors import ConfigError, UserError
+
+TEXT_KEYS = ("instruction", "input", "output", "response", "text", "content", "value")
+
+
+def check_corpus(path: str | None, key: str = "decoder.corpus") -> None:
+    """Fail at config time, before any model loads, on a corpus that is not there or is empty."""
+    if path is None:
+        return
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{key}: {path} does not exist: give a JSON/JSONL text file or a .npy of token ids")
+    if file.stat().st_size == 0:
+        raise ConfigError(f"{key}: {path} is empty: give a corpus with at least one text row")
+
+
+def texts(path: Path) -> list[str]:
+    """The text of each row: its string fields (``TEXT_KEYS``, chat turns included) joined by newlines."""
+    raw = path.read_text(encoding="utf-8")
+    lines = [line for line in raw.splitlines() if line.strip()]
+    rows = json.loads(raw) if path.suffix == ".json" else [json.loads(line) for line in lines]
+
+    def text(row) -> str:
+        if isinstance(row, str):
+            return row
+        if isinstance(row, list):
+            return "\n".join(map(text, row))
+        if isinstance(row, dict):
+            return "\n".join(text(row[k]) for k in (*TEXT_KEYS, "conversations") if k in row).strip()
+        return ""
+    return [t for t in map(text, rows if isinstance(rows, list) else [rows]) if t.strip()]
+
+
+def fingerprint(tokenizer) -> str:
+    """A tokenizer's identity for caches: the hash of its vocabulary (token -> id)."""
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode()
+    return hashlib.sha256(vocab).hexdigest()[:16]
+
+
+def load_corpus(path: str, tokenizer, vocab: int, cache_dir: str) -> tuple[np.ndarray, dict]:
+    """(tokens int32 with -1 between documents, what a run records: tokens, cache file, seconds to build or load)."""
+    check_corpus(path)
+    start, file = time.perf_counter(), Path(path)
+    key = hashlib.sha256(file.read_bytes()).hexdigest()[:16]  # content, not name: an edited corpus is rebuilt
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    if file.suffix == ".npy":  # token ids already
+        tokens, cache = np.load(file).astype(np.int32), Path(cache_dir) / f"{file.stem}-{key}.npy"
+        meta = file.with_suffix(".json")
+        recorded = json.loads(meta.read_text()).get("tokenizer") if meta.is_file() else None
+        if recorded and tokenizer is not None and recorded != fingerprint(tokenizer):
+            raise UserError(f"decoder.corpus={path} was tokenized with another tokenizer than the target's: give "
+                            "the text corpus instead (it is tokenized and cached for this model)")
+    else:
+        if tokenizer is None:
+            raise UserError(f"decoder.corpus={path} is text but the target has no tokenizer: give a .npy of token ids")
+        cache = Path(cache_dir) / f"{file.stem}-{key}-{fingerprint(tokenizer)}.npy"
+        if cache.is_file():
+            tokens = np.load(cache)
+        else:
+            docs = texts(file)
+            if not docs:
+                raise UserError(f"decoder.corpus={path} has no text rows: give rows with a text or output field")
+            ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
+            tokens = np.fromiter((t for doc in ids for t in (*doc, -1)), dtype=np.int32)
+            np.save(cache, tokens)
+            meta = {"corpus": str(file), "tokenizer": fingerprint(tokenizer)}
+            cache.with_suffix(".json").write_text(json.dumps(meta))
+    if not (tokens >= 0).any():
+        raise UserError(f"decoder.corpus={path} holds no tokens: give a corpus with text in it")
+    if tokens.max() >= vocab:
+        raise UserError(f"decoder.corpus={path} holds token ids up to {tokens.max()}, past the target's vocabulary of "
+                        f"{vocab}: it was tokenized for another model, give the text corpus instead")
+    return tokens, {"corpus_tokens": int((tokens >= 0).sum()), "corpus_cache": str(cache),
+                    "corpus_seconds": round(time.perf_counter() - start, 3)}
+
+
+def suffix_array(tokens: np.ndarray) -> np.ndarray:
+    """The suffixes of ``tokens`` in lexicographic order: prefix doubling, sorting by rank pairs until ranks differ."""
+    n = len(tokens)
+    rank = np.unique(tokens, return_inverse=True)[1].astype(np.int64) + 1  # 0 is the end of the corpus
+    k = 1
+    while True:
+        second = np.zeros(n, dtype=np.int64)
+        second[:n - k] = rank[k:]
+        order = np.lexsort((second, rank))
+        pair = np.stack([rank[order], second[order]])
+        new = np.empty(n, dtype=np.int64)
+        new[order] = np.concatenate([[1], 1 + np.cumsum((np.diff(pair, axis=1) != 0).any(0))])
+        rank, k = new, 2 * k
+        if rank.max() == n or k >= n:
+            return order.astype(np.int32)
+
+
+class SuffixArray:
+    """Suffix-array search over a corpus: where a token string occurs, and what follows it there."""
+
+    def __init__(self, tokens: np.ndarray, cache: Path | None = None):
+        self.tokens = tokens
+        file = cache.with_suffix(".sa.npy") if cache is not None else None
+        if file is not None and file.is_file():
+            self.sa = np.load(file)
+        else:
+            self.sa = suffix_array(tokens)
+            if file is not None:
+                np.save(file, self.sa)
+
+    def narrow(self, lo: int, hi: int, depth: int, token: int) -> tuple[int, int]:
+        """Of the suffixes sa[lo:hi] (which share their first ``depth`` tokens), those whose next token is ``token``."""
+        def at(i: int) -> int:
+            j = self.sa[i] + depth
+            return int(self.tokens[j]) if j < len(self.tokens) else -2
+        span = range(lo, hi)
+        return lo + bisect.bisect_left(span, token, key=at), lo + bisect.bisect_right(span, token, key=at)
+
+    def find(self, pattern: list[int]) -> tuple[int, int]:
+        """The suffix-array interval of ``pattern`` (empty: lo == hi)."""
+        lo, hi = 0, len(self.sa)
+        for depth, token in enumerate(pattern):
+            lo, hi = self.narrow(lo, hi, depth, token)
+            if lo == hi:
+                break
+        return lo, hi
+
+    def longest_suffix(self, seq: list[int], longest: int) -> tuple[int, int, int]:
+        """(n, lo, hi): the longest n <= ``longest`` such that seq's last n tokens occur, and where (n = 0: none)."""
+        best, low, high = (0, 0, 0), 1, min(longest, len(seq))
+        while low <= high:  # binary search on n: a suffix that occurs has every shorter suffix occurring too
+            n = (low + high) // 2
+            lo, hi = self.find(seq[-n:])
+            if hi > lo:
+                best, low = (n, lo, hi), n + 1
+            else:
+                high = n - 1
+        return best
+
+    def first(self, n: int, lo: int, hi: int, depth: int) -> list[int]:
+        """The ``depth`` tokens after the first occurrence in the corpus of a match of length ``n`` (up to its
+        document's end): what a suffix automaton's first end position gives."""
+        start = int(self.sa[lo:hi].min()) + n
+        row = self.tokens[start:start + depth].tolist()
+        return row[:row.index(-1)] if -1 in row else row
+
+    def continuations(self, n: int, lo: int, hi: int, depth: int, limit: int) -> np.ndarray:
+        """[m, depth]: the ``depth`` tokens after up to ``limit`` occurrences (spread evenly over the interval) of a
+        match of length ``n``; -1 past a document's end."""
+        picks = self.sa[np.unique(np.linspace(lo, hi - 1, min(limit, hi - lo)).astype(np.int64))] + n
+        idx = picks[:, None] + np.arange(depth)[None, :]
+        out = np.where(idx < len(self.tokens), self.tokens[np.minimum(idx, len(self.tokens) - 1)], -1)
+        return np.where(np.cumsum(out < 0, axis=1) > 0, -1, out)  # nothing after a document's end
+
+
+_OPEN: dict[tuple, tuple[SuffixArray, dict]] = {}  # one datastore per corpus, tokenizer and vocabulary per process
+
+
+def open_datastore(path: str, tokenizer, vocab: int, cache_dir: str) -> tuple[SuffixArray, dict]:
+    """The corpus's suffix array (built once, cached on disk and in the process) and what a run records about it:
+    tokens, cache file, and ``corpus_build_seconds`` (tokenizing + sorting, or loading both from the cache)."""
+    key = (str(Path(path).resolve()), fingerprint(tokenizer) if tokenizer is not None else None, vocab,
+           str(Path(cache_dir).resolve()))
+    if key not in _OPEN:
+        start = time.perf_counter()
+        tokens, meta = load_corpus(path, tokenizer, vocab, cache_dir)
+        store = SuffixArray(tokens, Path(meta["corpus_cache"]))
+        meta["corpus_build_seconds"] = round(time.perf_counter() - start, 3)
+        _OPEN[key] = store, meta
+    return _OPEN[key]

@@ -1,0 +1,107 @@
+"""Token Recycling (Luo et al., 2024): the target's own top-k candidates in an adjacency matrix, drafted as a tree.
+
+Every verify forward computes the target's logits at every block row, and all but the accepted path's are thrown
+away. Token Recycling keeps them: ``M[token]`` (vocab x k, on the device) holds the top-k next tokens the target
+predicted the last time ``token`` was an input, rewritten for every row of every step by the verifier's ``after``
+hook (``Recycle``), on the device, with no extra host read. A step drafts a static tree template (trees.py) by
+BFS from the root: a node of columns (c1, ..., cd) gets ``M[its parent's token][cd]``, computed on the device one
+depth at a time. The matrix is kept across prompts (``reuse_history``; ``reset_history`` after the warm-up clears
+it as for Ouroboros' pool).
+
+Departures from the paper's code: the tree is one of trees.py's templates (default Medusa's ``mc_sim_7b_63``, 63
+nodes of depth <= 4, not the paper's own 80-node tree of depth 6, and no ``tree=auto``); the matrix starts from
+zeros (its drafts fail until the first updates); rows repeated in one block are written in an unspecified order (a
+speed, never an output, difference); and the prompt's own rows are not recycled at the prefill (only the root's).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from specnoise.decoding.base import Drafter
+from specnoise.decoding.kv import upload
+from specnoise.decoding.trees import build_tree
+from specnoise.decoding.verifier import Proposal, chain_shape, tree_shape
+from specnoise.errors import ConfigError
+
+
+class Recycle:
+    """An ``after`` hook for blocks of ``n`` rows (root first): ``M[row's token] = top-k of the row's logits``. The
+    tokens sit in ``inputs``, written before each step (fixed address: a recorded CUDA graph reads it in place)."""
+
+    def __init__(self, M: torch.Tensor, n: int):
+        self.M, self.inputs = M, torch.zeros(n, dtype=torch.long, device=M.device)
+        self.k = min(M.shape[1], M.shape[0])  # a vocabulary smaller than k leaves the last columns at 0
+
+    def __call__(self, step):
+        top = step.logits[:self.inputs.numel()].topk(self.k, dim=-1).indices
+        self.M.index_copy_(0, self.inputs, F.pad(top, (0, self.M.shape[1] - self.k)))
+        return None, None
+
+
+class Plan:
+    """A tree's BFS plan: per depth, the nodes (input indices), their parents and the matrix column each reads."""
+
+    def __init__(self, nodes: list[tuple[int, ...]], device):
+        tree = build_tree("token_recycling", max(c for node in nodes for c in node) + 1, device=device,
+                          template=nodes)
+        self.shape = tree_shape(tree.parent[1:], tree.paths, device=device)
+        self.levels = []
+        for d in range(1, tree.rows + 1):
+            at = [i for i, node in enumerate(tree.nodes, start=1) if len(node) == d]
+            self.levels.append(tuple(torch.tensor(v, device=device) for v in
+                                     (at, [tree.parent[i] for i in at], [tree.nodes[i - 1][-1] for i in at])))
+
+
+class TokenRecycling(Drafter):
+    name = "token_recycling"
+
+    def setup(self):
+        cfg, target = self.cfg, self.target
+        self.template = build_tree(cfg.tree, cfg.topk).nodes  # checks the template's ranks against topk
+        if len(self.template) + 1 > target.max_length:
+            raise ConfigError(f"decoder.tree={cfg.tree} has {len(self.template)} nodes, more than the model's context "
+                              f"of {target.max_length}: pick a smaller tree")
+        self.M = torch.zeros(target.vocab_size, cfg.topk, dtype=torch.long, device=target.device)
+        self.plans: dict[int, Plan] = {}  # by the deepest node kept (trees cut at the budget)
+        self.hooks: dict[int, Recycle] = {}  # by block rows
+        self.meta = {"tree": cfg.tree, "tree_nodes": len(self.template), "topk": cfg.topk}
+
+    def begin(self, prompt, budget, seed):
+        super().begin(prompt, budget, seed)
+        if not self.cfg.reuse_history:
+            self.reset_history()
+
+    def reset_history(self):
+        self.M.zero_()
+
+    def hook(self, n: int) -> Recycle:
+        if n not in self.hooks:
+            self.hooks[n] = Recycle(self.M, n)
+        return self.hooks[n]
+
+    def plan(self, room: int) -> Plan | None:
+        """The template without nodes deeper than ``room`` (they could never be emitted); None when none is left."""
+        depth = min(room, max(map(len, self.template)))
+        if depth not in self.plans:
+            kept = [node for node in self.template if len(node) <= depth]
+            self.plans[depth] = Plan(kept, self.target.device) if kept else None
+        return self.plans[depth]
+
+    def propose(self, room):
+        plan = self.plan(room)
+        if plan is None:
+            return self.recycled([])
+        hook = self.hook(plan.shape.nodes + 1)
+        tokens = hook.inputs
+        tokens[:1] = upload([self.seq[-1]], self.target.device)
+        for at, parent, column in plan.levels:  # BFS: each depth reads its parents' rows of M
+            tokens[at] = self.M[tokens[parent], column]
+        return Proposal(tokens[1:], plan.shape, after=hook)
+
+    def recycled(self, drafts: list[int]) -> Proposal:
+        """A chain of ``drafts`` whose rows still feed the matrix (SAM-Decoding's matched drafts)."""
+        hook = self.hook(len(drafts) + 1)
+        hook.inputs.copy_(upload([self.seq[-1], *drafts], self.target.device))
+        return Proposal(hook.inputs[1:], chain_shape(len(drafts), self.target.device), after=hook)

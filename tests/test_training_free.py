@@ -1,0 +1,171 @@
+"""Token Recycling, SAM-Decoding and REST beyond the shared lossless tests: their data structures against brute force,
+drafts accepted where they must be, the corpus cache through a real tokenizer, and every bad input they name."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import numpy as np
+import pytest
+
+from conftest import make_model, prompts
+from helpers_decoding import CYCLE, ar, cycle_successor, map_model, schema, token_corpus
+from helpers_models import tiny_tokenizer
+from specnoise.config import ConfigError, RESTConfig, SAMConfig, TokenRecyclingConfig, UserError
+from specnoise.decoding.base import build_decoder
+from specnoise.decoding.corpus import SuffixArray, suffix_array
+from specnoise.decoding.rest import trie
+from specnoise.decoding.sam import SuffixAutomaton
+
+
+# ------------------------------------------------------------------------------------------ data structures
+def test_suffix_array_sorts_like_python():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        tokens = rng.integers(-1, 4, size=int(rng.integers(1, 50))).astype(np.int32)
+        assert suffix_array(tokens).tolist() == sorted(range(len(tokens)), key=lambda i: tokens[i:].tolist())
+
+
+def test_longest_suffix_and_its_continuations():
+    store = SuffixArray(np.array([5, 6, 7, -1, 5, 6, 8, 5, 6, 7, 9], dtype=np.int32))
+    n, lo, hi = store.longest_suffix([1, 5, 6, 7], 10)
+    assert (n, hi - lo) == (3, 2)  # "5 6 7" twice
+    assert sorted(store.continuations(n, lo, hi, 2, 10).tolist()) == [[-1, -1], [9, -1]]  # stops at document ends
+    n, lo, hi = store.longest_suffix([3, 5, 6], 10)
+    assert (n, hi - lo) == (2, 3)
+    assert store.longest_suffix([4], 10) == (0, 0, 0)
+
+
+def test_suffix_automaton_finds_the_longest_earlier_match():
+    """Against brute force: the longest suffix that also ends earlier, and the end of its first occurrence."""
+    rnd = random.Random(0)
+    for _ in range(30):
+        text = [rnd.randrange(3) for _ in range(rnd.randrange(2, 40))]
+        sam = SuffixAutomaton(text[:1])
+        for i in range(1, len(text)):
+            sam.extend(text[i])
+            seq = text[:i + 1]
+            n = max(m for m in range(len(seq)) if any(seq[e - m + 1:e + 1] == seq[len(seq) - m:] or m == 0
+                                                      for e in range(m - 1, len(seq) - 1)))
+            first = min((e for e in range(n - 1, len(seq) - 1) if seq[e - n + 1:e + 1] == seq[len(seq) - n:]),
+                        default=-1)
+            assert sam.match(0, 1) == (n, first if n else -1)  # room 0: no back-off
+
+
+def test_trie_keeps_the_most_frequent_prefixes_parents_first():
+    tokens, parents = trie([[1, 2, 3], [1, 2, 4], [1, 5, -1], [6, -1, -1]], size=4)
+    assert tokens == [1, 2, 6, 5] and parents == [0, 1, 0, 1]  # (1) x3, (1, 2) x2, then the 1-counts, shorter first
+
+
+# ------------------------------------------------------------------------------------------ drafting helps
+@pytest.mark.parametrize("name,options", [("token_recycling", {}), ("sam", {}), ("sam", dict(fallback="none")),
+                                          ("rest", {})])
+def test_drafts_are_accepted_where_they_must_be(name, options, family):
+    """A model that says 7 after anything: Token Recycling's matrix learns 7 -> 7 in one step, SAM matches the run
+    of 7s it generated, REST finds a run of 7s in its corpus."""
+    target = map_model(family, lambda i: 7)
+    out = build_decoder(schema(name, **options), target).generate(list(range(20, 40)), 48)
+    assert out.tokens == [7] * 48
+    assert out.mean_accepted > 2.0, out.accepted
+
+
+def test_sam_drafts_from_its_static_corpus(family, tmp_path):
+    """No repeat in the prompt: the cycle comes from the corpus, and the output is still AR's."""
+    target = map_model(family, cycle_successor)
+    decoder = build_decoder(schema("sam", corpus=token_corpus(), cache_dir=str(tmp_path), fallback="none"), target)
+    out = decoder.generate([40, 50, 10, 11], 30)
+    decoder.drafter.after_generation()
+    assert out.tokens == ar(target, [40, 50, 10, 11], 30)
+    assert out.mean_accepted > 3.0 and decoder.meta["draft_sources"]["static"] > 0  # then its own text repeats
+
+
+def test_sam_with_a_corpus_stays_lossless(target, tmp_path):
+    decoder = build_decoder(schema("sam", corpus=token_corpus(), cache_dir=str(tmp_path)), target)
+    for prompt in prompts(4, seed=3):
+        assert decoder.generate(prompt, 30).tokens == ar(target, prompt, 30)
+
+
+def test_token_recycling_keeps_its_matrix_until_reset(target):
+    decoder = build_decoder(schema("token_recycling"), target)
+    decoder.generate(CYCLE, 20)
+    assert decoder.drafter.M.any()
+    decoder.reset_history()
+    assert not decoder.drafter.M.any()
+
+
+# ------------------------------------------------------------------------------------------ corpus through a tokenizer
+@pytest.fixture(scope="module")
+def tokenized():
+    """A random model over a real (tiny BPE) tokenizer's vocabulary."""
+    tok = tiny_tokenizer()
+    return dataclasses.replace(make_model("llama", vocab_size=len(tok)), tokenizer=tok)
+
+
+def write_corpus(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return str(path)
+
+
+def test_a_text_corpus_is_tokenized_once_and_cached(tokenized, tmp_path):
+    corpus = write_corpus(tmp_path / "c.jsonl", [{"instruction": "Add.", "output": "def add(a, b):\n    return a + b"},
+                                                {"text": "for i in range(10):\n    print(i)"}])
+    cache = tmp_path / "cache"
+    decoder = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(cache)), tokenized)
+    files = sorted(p.name for p in cache.iterdir())
+    assert len(files) == 3 and decoder.meta["corpus_build_seconds"] >= 0  # tokens, their tokenizer, suffix array
+    docs = ["Add.\ndef add(a, b):\n    return a + b", "for i in range(10):\n    print(i)"]  # fields joined by lines
+    assert decoder.meta["corpus_tokens"] == sum(len(tokenized.tokenizer(d)["input_ids"]) for d in docs)
+    again = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(cache)), dataclasses.replace(tokenized, engines={}))
+    assert sorted(p.name for p in cache.iterdir()) == files and again.meta == decoder.meta  # read back, not rebuilt
+    prompt = tokenized.tokenizer("def add(a, b):\n")["input_ids"]
+    assert decoder.generate(prompt, 20).tokens == build_decoder(schema("ar"), tokenized).generate(prompt, 20).tokens
+
+
+# ------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize("schema_class", [SAMConfig, RESTConfig])
+def test_a_missing_or_empty_corpus_fails_at_config_time(schema_class, tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        schema_class(corpus=str(tmp_path / "nope.jsonl"))
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        schema_class(corpus=str(tmp_path / "empty.jsonl"))
+
+
+def test_a_corpus_without_text_rows_is_a_user_error(tokenized, tmp_path):
+    corpus = write_corpus(tmp_path / "c.jsonl", [{"id": 1}, {"text": "  "}])
+    with pytest.raises(UserError, match="no text rows"):
+        build_decoder(RESTConfig(corpus=corpus, cache_dir=str(tmp_path)), tokenized)
+
+
+def test_a_corpus_tokenized_with_another_tokenizer_is_a_user_error(tokenized, tmp_path):
+    corpus = write_corpus(tmp_path / "c.jsonl", [{"text": "def add(a, b):\n    return a + b"}])
+    other = dataclasses.replace(tokenized, tokenizer=tiny_tokenizer(vocab_size=300), engines={})
+    cached = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(tmp_path / "c")), other).meta["corpus_cache"]
+    with pytest.raises(UserError, match="another tokenizer"):
+        build_decoder(RESTConfig(corpus=cached, cache_dir=str(tmp_path / "c")), tokenized)
+
+
+def test_token_ids_past_the_vocabulary_are_a_user_error(target, tmp_path):
+    np.save(tmp_path / "ids.npy", np.array([5, 6, 500], dtype=np.int32))
+    with pytest.raises(UserError, match="past the target's vocabulary"):
+        build_decoder(RESTConfig(corpus=str(tmp_path / "ids.npy"), cache_dir=str(tmp_path)), target)
+
+
+def test_bad_sizes_are_config_errors():
+    with pytest.raises(ConfigError, match="decoder.topk"):
+        TokenRecyclingConfig(topk=0)
+    with pytest.raises(ConfigError, match="decoder.topk >= 10"):
+        TokenRecyclingConfig(topk=4)
+    with pytest.raises(ConfigError, match="decoder.max_suffix"):
+        RESTConfig(min_suffix=4, max_suffix=3)
+    with pytest.raises(ConfigError, match="decoder.max_draft"):
+        SAMConfig(max_draft=0)
+
+
+@pytest.mark.parametrize("name,options", [("token_recycling", {}), ("sam", {}), ("rest", dict(num_draft=40))])
+def test_a_tree_too_large_for_the_context_is_a_config_error(name, options):
+    short = make_model("llama", max_position_embeddings=32)
+    with pytest.raises(ConfigError, match="context of 32"):
+        build_decoder(schema(name, **options), short)
