@@ -52,6 +52,18 @@ SDPA_BACKENDS = ("flash", "efficient", "math", "cudnn")
 TEMPLATES = ("raw", "chat", "alpaca", "vicuna", "llama2-chat", "deepseek-coder", "code-instruct")
 
 
+def check_corpus(path: str | None, key: str = "decoder.corpus") -> None:
+    """Fail at config time, before any model loads, on a corpus that is not there or is empty."""
+    if path is None:
+        return
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{key}: {path} does not exist: give a JSON/JSONL text file or a .npy of token ids")
+    if file.stat().st_size == 0:
+        raise ConfigError(f"{key}: {path} is empty: give a corpus with at least one text row")
+
+
+
 # --------------------------------------------------------------------------------------------- models
 @dataclass
 class ModelConfig:
@@ -395,8 +407,6 @@ class SAMConfig(TokenRecyclingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from specnoise.decoding.corpus import check_corpus  # lazy: no import cycle
-
         check_corpus(self.corpus)
         at_least(self.max_draft, "decoder.max_draft", 1)
         at_least(self.min_match, "decoder.min_match", 1)
@@ -416,8 +426,6 @@ class RESTConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from specnoise.decoding.corpus import check_corpus  # lazy: no import cycle
-
         check_corpus(self.corpus)
         at_least(self.min_suffix, "decoder.min_suffix", 1)
         check(self.max_suffix >= self.min_suffix, "decoder.max_suffix",

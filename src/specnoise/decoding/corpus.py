@@ -18,20 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specnoise.errors import ConfigError, UserError
+from specnoise.config import check_corpus
+from specnoise.errors import UserError
 
 TEXT_KEYS = ("instruction", "input", "output", "response", "text", "content", "value")
-
-
-def check_corpus(path: str | None, key: str = "decoder.corpus") -> None:
-    """Fail at config time, before any model loads, on a corpus that is not there or is empty."""
-    if path is None:
-        return
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"{key}: {path} does not exist: give a JSON/JSONL text file or a .npy of token ids")
-    if file.stat().st_size == 0:
-        raise ConfigError(f"{key}: {path} is empty: give a corpus with at least one text row")
 
 
 def texts(path: Path) -> list[str]:
