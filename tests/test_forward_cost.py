@@ -15,8 +15,9 @@ from omegaconf import OmegaConf
 from transformers import AutoConfig, LlamaForCausalLM
 
 from helpers_models import save_tiny_model
-from specnoise.bench.forward_cost import interpolate, measure_forward_costs, random_model, run_forward_cost
+from specnoise.bench.forward_cost import random_model, run_forward_cost
 from specnoise.config import ConfigError, ForwardCostConfig, UserError, config_dir
+from specnoise.decoding.cost import interpolate, measure_forward_costs
 from specnoise.decoding.kv import DynamicEngine
 
 TINY_ARCH = ["train.arch.vocab_size=128", "train.arch.hidden_size=32", "train.arch.intermediate_size=64",

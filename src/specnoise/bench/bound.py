@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import math
 
-from specnoise.bench.forward_cost import interpolate, measure_forward_costs
 from specnoise.decoding.base import Decoder
+from specnoise.decoding.cost import interpolate, measure_forward_costs
 
 log = logging.getLogger("specnoise")
 

@@ -23,7 +23,7 @@ import torch
 
 import specnoise.attention  # noqa: F401  (registers attn_implementation=sdpa_gqa)
 from specnoise.config import Config, UserError
-from specnoise.decoding.cost import interpolate, measure_forward_costs, measure_forward_times  # noqa: F401
+from specnoise.decoding.cost import measure_forward_times
 from specnoise.decoding.kv import DynamicEngine, sync
 from specnoise.decoding.static_kv import StaticEngine
 from specnoise.models import use_static_cache

@@ -128,13 +128,12 @@ class Decoder:
         self.name = cfg.name
         if cfg.temperature > 0 and not cfg.samples:
             raise UserError(f"decoder={self.name} is greedy-only: set decoder.temperature=0")
-        needs_draft = self.needs_draft
-        if needs_draft and draft is None:
+        if self.needs_draft and draft is None:
             raise UserError(f"decoder={self.name} needs a draft model: set draft=NAME or pair=NAME")
         self.eos_ids = target.eos_ids
         self.host_reads = 0
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
-        self.bind(engine_for(target), engine_for(draft, "draft") if needs_draft else None)
+        self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
         if self.drafter is not None:
             self.drafter.setup()
 
@@ -202,8 +201,10 @@ class Decoder:
                 self.decode(prompt, out, self.cfg.seed if seed is None else seed)
         sync(self.target.device)
         seconds = time.perf_counter() - start
+        target_seconds = draft_seconds = None  # the peers' generate() runs outside the engines' clocks
         if self.drafter is not None:
             self.drafter.after_generation()
+            target_seconds, draft_seconds = self.target.seconds, self.draft.seconds if self.draft is not None else 0.0
         return DecodeOutput(
             tokens=out.tokens,
             target_forwards=self.target.forwards,
@@ -211,8 +212,8 @@ class Decoder:
             accepted=out.accepted,
             seconds=seconds,
             host_reads=self.host_reads,
-            target_seconds=self.target.seconds if self.drafter is not None else None,
-            draft_seconds=(self.draft.seconds if self.draft is not None else 0.0) if self.drafter is not None else None,
+            target_seconds=target_seconds,
+            draft_seconds=draft_seconds,
         )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from specnoise.config import check_corpus
 from specnoise.errors import UserError
+from specnoise.files import write_atomic
 
 TEXT_KEYS = ("instruction", "input", "output", "response", "text", "content", "value")
 
@@ -47,9 +48,13 @@ def fingerprint(tokenizer) -> str:
     return hashlib.sha256(vocab).hexdigest()[:16]
 
 
-def load_corpus(path: str, tokenizer, vocab: int, cache_dir: str) -> tuple[np.ndarray, dict]:
-    """(tokens int32 with -1 between documents, what a run records: tokens, cache file, seconds to build or load)."""
+def load_corpus(path: str, tokenizer, vocab: int, cache_dir: str, tokenizer_id: str | None = None
+                ) -> tuple[np.ndarray, dict]:
+    """(tokens int32 with -1 between documents, what a run records: tokens, cache file, seconds to build or load).
+    ``tokenizer_id``: ``fingerprint(tokenizer)`` when the caller has it (hashing a vocabulary takes a while)."""
     check_corpus(path)
+    if tokenizer is not None and tokenizer_id is None:
+        tokenizer_id = fingerprint(tokenizer)
     start, file = time.perf_counter(), Path(path)
     key = hashlib.sha256(file.read_bytes()).hexdigest()[:16]  # content, not name: an edited corpus is rebuilt
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
@@ -57,13 +62,13 @@ def load_corpus(path: str, tokenizer, vocab: int, cache_dir: str) -> tuple[np.nd
         tokens, cache = np.load(file).astype(np.int32), Path(cache_dir) / f"{file.stem}-{key}.npy"
         meta = file.with_suffix(".json")
         recorded = json.loads(meta.read_text()).get("tokenizer") if meta.is_file() else None
-        if recorded and tokenizer is not None and recorded != fingerprint(tokenizer):
+        if recorded and tokenizer is not None and recorded != tokenizer_id:
             raise UserError(f"decoder.corpus={path} was tokenized with another tokenizer than the target's: give "
                             "the text corpus instead (it is tokenized and cached for this model)")
     else:
         if tokenizer is None:
             raise UserError(f"decoder.corpus={path} is text but the target has no tokenizer: give a .npy of token ids")
-        cache = Path(cache_dir) / f"{file.stem}-{key}-{fingerprint(tokenizer)}.npy"
+        cache = Path(cache_dir) / f"{file.stem}-{key}-{tokenizer_id}.npy"
         if cache.is_file():
             tokens = np.load(cache)
         else:
@@ -72,9 +77,8 @@ def load_corpus(path: str, tokenizer, vocab: int, cache_dir: str) -> tuple[np.nd
                 raise UserError(f"decoder.corpus={path} has no text rows: give rows with a text or output field")
             ids = tokenizer(docs, add_special_tokens=False)["input_ids"]
             tokens = np.fromiter((t for doc in ids for t in (*doc, -1)), dtype=np.int32)
-            np.save(cache, tokens)
-            meta = {"corpus": str(file), "tokenizer": fingerprint(tokenizer)}
-            cache.with_suffix(".json").write_text(json.dumps(meta))
+            write_atomic(cache, lambda tmp: np.save(tmp, tokens))  # an interrupted build leaves no half cache behind
+            write_atomic(cache.with_suffix(".json"), json.dumps({"corpus": str(file), "tokenizer": tokenizer_id}))
     if not (tokens >= 0).any():
         raise UserError(f"decoder.corpus={path} holds no tokens: give a corpus with text in it")
     if tokens.max() >= vocab:
@@ -112,7 +116,7 @@ class SuffixArray:
         else:
             self.sa = suffix_array(tokens)
             if file is not None:
-                np.save(file, self.sa)
+                write_atomic(file, lambda tmp: np.save(tmp, self.sa))
 
     def narrow(self, lo: int, hi: int, depth: int, token: int) -> tuple[int, int]:
         """Of the suffixes sa[lo:hi] (which share their first ``depth`` tokens), those whose next token is ``token``."""
@@ -165,11 +169,11 @@ _OPEN: dict[tuple, tuple[SuffixArray, dict]] = {}  # one datastore per corpus, t
 def open_datastore(path: str, tokenizer, vocab: int, cache_dir: str) -> tuple[SuffixArray, dict]:
     """The corpus's suffix array (built once, cached on disk and in the process) and what a run records about it:
     tokens, cache file, and ``corpus_build_seconds`` (tokenizing + sorting, or loading both from the cache)."""
-    key = (str(Path(path).resolve()), fingerprint(tokenizer) if tokenizer is not None else None, vocab,
-           str(Path(cache_dir).resolve()))
+    tokenizer_id = fingerprint(tokenizer) if tokenizer is not None else None
+    key = (str(Path(path).resolve()), tokenizer_id, vocab, str(Path(cache_dir).resolve()))
     if key not in _OPEN:
         start = time.perf_counter()
-        tokens, meta = load_corpus(path, tokenizer, vocab, cache_dir)
+        tokens, meta = load_corpus(path, tokenizer, vocab, cache_dir, tokenizer_id)
         store = SuffixArray(tokens, Path(meta["corpus_cache"]))
         meta["corpus_build_seconds"] = round(time.perf_counter() - start, 3)
         _OPEN[key] = store, meta

@@ -5,7 +5,7 @@ They run through the same runner and output contract as our decoders, with a ``d
 drafter. ``generate()`` keeps its own cache, so the engines of the base class only keep count: a forward hook
 (removed afterwards) counts target and draft calls, and a streamer receives each target forward's accepted tokens,
 which go to ``out.emit`` as one block each, exactly like our decoders' steps. Their ``target_seconds`` is not
-measured (0).
+measured (None).
 """
 
 from __future__ import annotations

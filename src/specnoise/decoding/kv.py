@@ -167,11 +167,12 @@ class Engine:
             layer.keys[..., start:n, :] = layer.keys[..., idx, :]
             layer.values[..., start:n, :] = layer.values[..., idx, :]
 
-    def compact(self, start: int, keep: list[int]) -> None:
-        """Move slots ``keep`` (ascending, all >= start) to ``start, start+1, ...`` and drop everything after."""
+    def compact(self, start: int, keep: list[int], src: torch.Tensor | None = None) -> None:
+        """Move slots ``keep`` (ascending, all >= start) to ``start, start+1, ...`` and drop everything after.
+        ``src``: the same slots as a device tensor, moved from without uploading ``keep`` (the verifier's path)."""
         n = start + len(keep)
         if keep != list(range(start, n)):
-            self.move(start, keep)
+            self.move(start, keep if src is None else src)
         self.crop(n)
 
 

@@ -70,19 +70,17 @@ class Tables:
     without bounds checks (-1 = none; ``faithful``: the root up to full depth, as MSN's code pads)."""
 
     def __init__(self, tree: Tree, faithful: bool, k: int, stats: bool):
-        first = [next(p for p, path in enumerate(tree.paths) if i in path) for i in range(len(tree.parent))]
-        rows = tree.rows
-        padded = []
-        for i in range(len(first)):
-            path = tree.paths[first[i]]
-            filler = [0] * (rows + 1 - len(path)) if faithful else []
-            padded.append((path + filler + [-1] * (2 * rows + 1))[:2 * rows + 1])
-        table = lambda values: torch.tensor(values, dtype=torch.long, device=tree.mask.device)  # noqa: E731
+        device, rows = tree.mask.device, tree.rows
         self.tree, self.k, self.stats = tree, k, stats  # k: candidates per row, decoder.topk within the vocabulary
         self.shape = tree_shape(tree.parent[1:], tree.paths, mask=tree.mask, offsets=tree.depth,
-                                rows=list(range(len(tree.parent))), device=tree.mask.device)
-        self.cell, self.path = table(tree.cell), table(padded)
-        self.rows = table(list(range(1, rows + 1)))  # + a: where the rows after an accepted depth a sit on a path
+                                rows=list(range(len(tree.parent))), device=device)
+        # the verifier's first path through each input (-1 after its end), widened to 2 rows + 1 (a cut tree keeps the
+        # full tree's candidate rows, so its paths are shorter than rows + 1)
+        self.path = F.pad(self.shape.path, (0, 2 * rows + 1 - self.shape.span), value=-1)
+        if faithful:
+            self.path[:, :rows + 1].clamp_(min=0)
+        self.cell = torch.tensor(tree.cell, dtype=torch.long, device=device)
+        self.rows = torch.arange(1, rows + 1, device=device)  # + a: where the rows after an accepted depth a sit
 
     def after(self, step):
         """Reads each node's right flag (tree=auto's statistics) and keeps the next candidate matrix: the top-k after

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -144,10 +144,10 @@ class Verdict:
     shape: Shape
     device_path: torch.Tensor
     done: bool = False  # the output is complete: nothing more is decoded (set by the decoder)
-    accepted: int = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.accepted = len(self.tokens) - 1
+    @property
+    def accepted(self) -> int:
+        return len(self.tokens) - 1  # the bonus token is the target's own
 
 
 def prompt_seed(seed: int, prompt: list[int]) -> int:
@@ -219,14 +219,11 @@ class Verifier:
     def commit(self, v: Verdict) -> None:
         """Keep the accepted path's KV next to the cache (a chain prefix is there already) and forget the rest. The
         bonus token has no KV yet: it is the next step's root."""
-        a, rows = v.accepted, v.shape.rows_host
-        slots = [rows[i] for i in v.path[:a + 1]]
-        if slots != list(range(a + 1)):
-            src = v.device_path[:a + 1]
-            if rows != list(range(len(rows))):
-                src = v.shape.rows.index_select(0, src)
-            self.engine.move(v.root, v.root + src)
-        self.engine.crop(v.root + a + 1)
+        a, shape = v.accepted, v.shape
+        src = v.device_path[:a + 1]
+        if not shape.prefix:  # tree inputs sit at other block rows
+            src = shape.rows.index_select(0, src)
+        self.engine.compact(v.root, [v.root + shape.rows_host[i] for i in v.path[:a + 1]], v.root + src)
 
     # ------------------------------------------------------------------------------------------ on the device
     def function(self, shape: Shape, after, rejection: bool) -> Callable:
