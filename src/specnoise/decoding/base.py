@@ -34,6 +34,9 @@ class DecodeOutput:
     host_reads: int = 0  # device-to-host reads (``Decoder.to_host``), draft loop included
     target_seconds: float | None = None  # of ``seconds``, inside target forwards (None: not measured, the peers)
     draft_seconds: float | None = None  # of ``seconds``, inside draft-model forwards
+    # rows decoded together (``Decoder.generate_batch``); seconds, target_seconds and draft_seconds are then this
+    # row's equal share of the group's, so sums over a group's rows give the group's wall time
+    batch_size: int = 1
 
     @property
     def mean_accepted(self) -> float:
@@ -215,6 +218,18 @@ class Decoder:
             target_seconds=target_seconds,
             draft_seconds=draft_seconds,
         )
+
+
+    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
+                       seed: int | None = None) -> list[DecodeOutput]:
+        """Decode ``prompts`` together, one batch (ragged: rows accept different numbers of tokens per step and end
+        at different times). Each row's tokens are what ``generate`` gives its prompt alone; its forwards are those it
+        took part in; ``seconds`` (and target/draft seconds) are its equal share of the group's."""
+        outs = [self.generate(p, max_new_tokens, seed) for p in prompts]  # placeholder until the batched verifier
+        total = sum(o.seconds for o in outs)
+        for o in outs:
+            o.seconds, o.batch_size = total / len(outs), len(outs)
+        return outs
 
 
 # decoder option -> module defining its drafter (or, for the generate() peers, its decoder); imported on first use
