@@ -550,6 +550,10 @@ class BenchmarkConfig:
     repeats: int = 1
     bootstrap: int = 2000  # paired bootstrap resamples of the prompts for the speedup's 95% CI (seeded by `seed`)
     cost_bound: bool = True  # after timing: count each decoder's verify block and time t(1), t(q) for MAT*t(1)/t(q)
+    # prompts decoded together, taken in order in groups of this many (the last group may be smaller); every decoder
+    # and the AR baseline decode each group together (Decoder.generate_batch); > 1 also times AR at batch 1 (the
+    # `ar_bs1` rows: the lossless reference and `speedup_vs_bs1_ar`)
+    batch_size: int = 1
 
     def __post_init__(self) -> None:
         check(self.limit is None or self.limit >= 1, "benchmark.limit", f"got {self.limit}, must be >= 1")
@@ -566,6 +570,8 @@ class BenchmarkConfig:
         check(self.threads is None or self.threads >= 1, "benchmark.threads", f"got {self.threads}, must be >= 1")
         at_least(self.repeats, "benchmark.repeats", 1)
         at_least(self.bootstrap, "benchmark.bootstrap", 100)
+        check(isinstance(self.batch_size, int) and self.batch_size >= 1, "benchmark.batch_size",
+              f"got {self.batch_size!r}, must be an integer >= 1 (prompts decoded together; 1: one at a time)")
         check(self.template is None or self.template in TEMPLATES, "benchmark.template",
               f"got {self.template!r}, expected one of {', '.join(TEMPLATES)}")
         check(self.name != "jsonl" or bool(self.path), "benchmark.path",

@@ -35,7 +35,10 @@ METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_a
            "ar_tokens_per_second", "speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing_noisy",
            "repeats", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric", "ref_nll",
            "target_seconds", "draft_seconds", "other_seconds", "verify_block", "cost_ratio", "cost_bound",
-           "speedup_exceeds_mat")
+           "speedup_exceeds_mat", "batch_size", "speedup_vs_bs1_ar")
+# benchmark.batch_size > 1 somewhere in the report: rows decoded together, and the speedup against AR at batch 1
+BATCH_METRICS = ("batch_size", "speedup_vs_bs1_ar")
+REFERENCE = "ar_bs1"  # a batched job's AR at batch 1 (bench/measure.py), drawn like AR: not a method
 TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup", "speedup_ci",
                  "timing_noisy", "lossless_fraction", "mismatch_fraction", "task_score", "ref_nll")
 # where the time goes, and what the machine allows (bench/bound.py): one table per report when measured
@@ -228,7 +231,8 @@ def tables(df: pd.DataFrame, ids: list[str], metrics: list[str]) -> dict[str, pd
         return out
     main = shown_columns(df[df["category"] == "all"] if "category" in df else df)
     trained = ["train_heldout_loss"] if "train_heldout_loss" in df and df["train_heldout_loss"].notna().any() else []
-    cols = [c for c in ids + ["decoder"] + [m for m in TABLE_METRICS if m in main] + trained if c in main]
+    batched = ["decoder", *BATCH_METRICS] if is_batched(df) else ["decoder"]
+    cols = [c for c in ids + batched + [m for m in TABLE_METRICS if m in main] + trained if c in main]
     out["main"] = main[list(dict.fromkeys(cols))].reset_index(drop=True)
     if has_categories(df):
         order = [c for c in df["category"].unique() if c != "all"] + ["all"]
@@ -275,6 +279,11 @@ def noise_notes(df: pd.DataFrame, jobs: list[Job], ids: list[str]) -> list[str]:
                   "No decoder can beat AR by more than the tokens it accepts per target forward: these rows are "
                   "timing artefacts.", ""] + [f"- {name(r)}" for _, r in rows.iterrows()]
     return lines
+
+
+def is_batched(df: pd.DataFrame) -> bool:
+    """Whether some job of the report decoded its prompts in groups (``benchmark.batch_size`` > 1)."""
+    return "batch_size" in df and bool((pd.to_numeric(df["batch_size"], errors="coerce") > 1).any())
 
 
 def has_categories(df: pd.DataFrame) -> bool:
@@ -413,7 +422,7 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
         sections["where the time goes (seconds; cost_bound = MAT x t(1) / t(q) on the job's machine)"] = times
 
     plots: list[Path] = []
-    shown = df[df["decoder"] != "ar"] if "decoder" in df else df  # AR is the dashed line at 1.0
+    shown = df[~df["decoder"].isin(["ar", REFERENCE])] if "decoder" in df else df  # AR is the dashed line at 1.0
     if cfg.plots and metrics and not shown.empty:
         main = shown[shown["category"] == "all"] if "category" in shown else shown
         decoder = ["decoder"] if shown["decoder"].nunique() > 1 else []  # a line or colour per decoder

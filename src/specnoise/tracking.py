@@ -106,6 +106,8 @@ def resolve_mode(configured: str) -> str:
 def run_tags(conf: Config) -> list[str]:
     tags = [f"decoder:{conf.decoder.name}", f"model:{conf.model.name}", f"benchmark:{conf.benchmark.name}"]
     tags += [f"decoder:{name}" for name in conf.decoders if name != conf.decoder.name]
+    if conf.benchmark.batch_size > 1:  # also in the logged config (benchmark.batch_size): a sweep groups by it
+        tags.append(f"batch_size:{conf.benchmark.batch_size}")
     return [t[:64] for t in [*tags, *conf.logger.tags]]  # wandb's tag length limit
 
 

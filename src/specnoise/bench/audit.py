@@ -45,17 +45,18 @@ def verdict(logits: torch.Tensor, ar_token: int | None, token: int | None, dtype
             "divergence_ar_token": ar_token, "divergence_token": token}
 
 
-def audit_divergences(runs: dict, model: torch.nn.Module) -> dict[tuple[str, str, int], dict]:
-    """``runs``: decoder -> sample id -> turns (``.prompt``, ``.out.tokens``), AR's under "ar".
+def audit_divergences(runs: dict, model: torch.nn.Module, reference: str = "ar") -> dict[tuple[str, str, int], dict]:
+    """``runs``: decoder -> sample id -> turns (``.prompt``, ``.out.tokens``), AR's under ``reference`` ("ar"; at a
+    batch size above 1 the job's AR at batch 1, and the batched AR is audited like any decoder).
 
     Returns (decoder, sample id, turn) -> verdict fields, for every turn that differs from AR's on the same
     prompt (a later turn asked after a different answer is not comparable). Run outside the timed regions."""
     kv, logits_at, audits = DynamicEngine(model), {}, {}
     for name, by_sample in runs.items():
-        if name == "ar":
+        if name == reference:
             continue
         for sid, turns in by_sample.items():
-            for k, (mine, ar) in enumerate(zip(turns, runs["ar"][sid])):
+            for k, (mine, ar) in enumerate(zip(turns, runs[reference][sid])):
                 i = first_divergence(mine.out.tokens, ar.out.tokens)
                 if i is None or mine.prompt != ar.prompt:
                     continue

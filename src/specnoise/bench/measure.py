@@ -1,4 +1,4 @@
-"""The measuring loop: every decoder against AR on one sample at a time, timed in interleaved repeats.
+"""The measuring loop: every decoder against AR on one group of samples at a time, timed in interleaved repeats.
 
 Nothing here knows about result files, pandas or wandb: the loop hands each finished sample to a callback (the
 runner appends it to ``per_prompt.jsonl``) and stops cleanly between two generations once a signal asked it to.
@@ -7,6 +7,14 @@ Order (the timing protocol, README "Running experiments"): for prompt i and repe
 even and last when it is odd (ABAB / BABA), so a slow drift of the machine falls on both sides of every pair, and
 repeat r of one decoder never always follows the same neighbour. Every repeat of a greedy decoder must give the
 same tokens (a decoder whose output depends on the repeat is a bug, or nondeterministic kernels): ``same_tokens``.
+
+Groups (``benchmark.batch_size`` = B): the samples are taken in order in groups of B (the last may be smaller) and
+every decoder, AR included, decodes a group's prompts together (``Decoder.generate_batch``); at B = 1 a group is one
+sample and each decoder's ``generate`` runs, exactly as before batching existed. At B > 1 the job also times AR at
+batch 1 (``REFERENCE``, the same AR decoder, one prompt at a time), as one more decoder in the interleaved order: the
+lossless reference and the denominator of ``speedup_vs_bs1_ar``. Multi-turn samples: turn k of every row of the
+group that still has a turn k (and whose every dialogue still fits) is decoded together, each decoder continuing
+its own dialogue; rows without one drop out of the batch, so a later turn's batch can be smaller than B.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from dataclasses import dataclass, field
 
 from specnoise.bench.datasets import Sample
 from specnoise.decoding.base import DecodeOutput, Decoder
+
+REFERENCE = "ar_bs1"  # AR at batch 1, timed beside a batched job (benchmark.batch_size > 1)
 
 
 @dataclass
@@ -56,58 +66,101 @@ def order(names: list[str], slot: int) -> list[str]:
     return names if slot % 2 == 0 else names[1:] + names[:1]
 
 
-def warm_up(decoders: dict[str, Decoder], prompt: list[int], budget: int, times: int) -> None:
-    """Untimed generations, then ``reset_history()`` so nothing learnt here helps the measured prompts."""
+def warm_up(decoders: dict[str, Decoder], prompts: list[list[int]], budget: int, times: int,
+            sizes: tuple[int, ...] = ()) -> None:
+    """Untimed generations of the first prompt (and, per group size in ``sizes`` > 1, of a batch of the first
+    prompts of that size: a static engine's buckets and compiled graphs include the batch dimension), then
+    ``reset_history()`` so nothing learnt here helps the measured prompts."""
+    unique = list({id(d): d for d in decoders.values()}.values())  # REFERENCE is AR again
     for _ in range(times):
-        for decoder in decoders.values():
-            decoder.generate(prompt, budget)
-    for decoder in decoders.values():
+        for decoder in unique:
+            decoder.generate(prompts[0], budget)
+            for size in sizes:
+                if size > 1:
+                    decoder.generate_batch(prompts[:size], budget)
+    for decoder in unique:
         decoder.reset_history()
 
 
-def run_sample(sample: Sample, index: int, decoders: dict[str, Decoder], budget: int, limit: int, repeats: int,
-               encode: Callable, tokenizer, bar, stop) -> dict[str, list[Turn]] | None:
-    """Every decoder on every turn of ``sample``, ``repeats`` times, interleaved; None once ``stop.signal`` is set
-    (the sample is then dropped whole: a continued run measures it again)."""
+def run_group(group: list[Sample], index: int, decoders: dict[str, Decoder], budget: int, limit: int, repeats: int,
+              encode: Callable, tokenizer, bar, stop, batch_size: int = 1) -> dict[str, dict[str, list[Turn]]] | None:
+    """Every decoder on every turn of the group's samples, ``repeats`` times, interleaved: sample id -> decoder ->
+    turns; None once ``stop.signal`` is set (the group is then dropped whole: a continued run measures it again).
+    At ``batch_size`` 1 (a group of one) every decoder's ``generate`` runs; above, its ``generate_batch`` over the
+    group's rows (``REFERENCE`` one prompt at a time)."""
     names = list(decoders)  # "ar" first
-    turns: dict[str, list[Turn]] = {name: [] for name in names}
-    for k in range(len(sample.turns)):
-        # each decoder continues its own dialogue (the same text as AR's whenever the decoder is lossless)
-        prompts = {n: encode(sample, [t.text.strip() for t in turns[n]]) for n in names}
-        if k > 0 and max(map(len, prompts.values())) > limit:  # later turns that no longer fit are skipped
-            bar.update((len(sample.turns) - k) * len(names) * repeats)
+    turns: dict[str, dict[str, list[Turn]]] = {s.id: {name: [] for name in names} for s in group}
+    active = list(group)
+    for k in range(max(len(s.turns) for s in group)):
+        rows = []
+        prompts: dict[str, dict[str, list[int]]] = {}
+        for s in [s for s in active if len(s.turns) > k]:
+            # each decoder continues its own dialogue (the same text as AR's whenever the decoder is lossless)
+            mine = {n: encode(s, [t.text.strip() for t in turns[s.id][n]]) for n in names}
+            if k > 0 and max(map(len, mine.values())) > limit:  # later turns that no longer fit are skipped
+                bar.update((len(s.turns) - k) * len(names) * repeats)
+                active.remove(s)
+                continue
+            rows.append(s)
+            prompts[s.id] = mine
+        if not rows:
             break
-        outs: dict[str, list[DecodeOutput]] = {name: [] for name in names}
+        outs: dict[str, dict[str, list[DecodeOutput]]] = {s.id: {name: [] for name in names} for s in rows}
         for r in range(repeats):
             for name in order(names, index + r):
                 if stop.signal:
                     return None
-                bar.set_postfix_str(f"{sample.id} {name}" + (f" #{r + 1}" if repeats > 1 else ""), refresh=False)
-                outs[name].append(decoders[name].generate(prompts[name], budget))
-                bar.update(1)
-        for name in names:
-            first = outs[name][0]
-            turns[name].append(Turn(
-                prompts[name], first, completion_text(tokenizer, prompts[name], first.tokens),
-                seconds=[o.seconds for o in outs[name]],
-                # DecodeOutput gains these fields; an engine that cannot attribute its time leaves them out
-                target_seconds=[o.target_seconds for o in outs[name]],
-                draft_seconds=[o.draft_seconds for o in outs[name]],
-                new_tokens=[len(o.tokens) for o in outs[name]],
-                same_tokens=all(o.tokens == first.tokens for o in outs[name])))
+                where = rows[0].id if len(rows) == 1 else f"{rows[0].id}..{rows[-1].id}"
+                bar.set_postfix_str(f"{where} {name}" + (f" #{r + 1}" if repeats > 1 else ""), refresh=False)
+                batch = [prompts[s.id][name] for s in rows]
+                if batch_size == 1 or name == REFERENCE:
+                    got = []
+                    for p in batch:
+                        got.append(decoders[name].generate(p, budget))
+                        bar.update(1)
+                else:
+                    got = decoders[name].generate_batch(batch, budget)
+                    bar.update(len(rows))
+                for s, out in zip(rows, got, strict=True):
+                    outs[s.id][name].append(out)
+        for s in rows:
+            for name in names:
+                done = outs[s.id][name]
+                first = done[0]
+                turns[s.id][name].append(Turn(
+                    prompts[s.id][name], first, completion_text(tokenizer, prompts[s.id][name], first.tokens),
+                    seconds=[o.seconds for o in done],
+                    # DecodeOutput gains these fields; an engine that cannot attribute its time leaves them out
+                    target_seconds=[o.target_seconds for o in done],
+                    draft_seconds=[o.draft_seconds for o in done],
+                    new_tokens=[len(o.tokens) for o in done],
+                    same_tokens=all(o.tokens == first.tokens for o in done)))
     return turns
 
 
-def measure(todo: list[tuple[int, Sample]], decoders: dict[str, Decoder], budget: int, limit: int, repeats: int,
-            warmup: int, encode: Callable, tokenizer, finished: Callable[[Sample, dict[str, list[Turn]]], None],
-            bar, stop) -> None:
-    """Warm up on the first prompt to run, then each ``(index, sample)`` of ``todo`` in turn; ``finished`` gets
-    every whole sample as soon as it is done. Returns early, between two generations, once ``stop.signal`` is set."""
+def run_sample(sample: Sample, index: int, decoders: dict[str, Decoder], budget: int, limit: int, repeats: int,
+               encode: Callable, tokenizer, bar, stop) -> dict[str, list[Turn]] | None:
+    """One sample alone (a group of one at batch size 1): decoder -> turns, or None once stopped."""
+    turns = run_group([sample], index, decoders, budget, limit, repeats, encode, tokenizer, bar, stop)
+    return None if turns is None else turns[sample.id]
+
+
+def measure(todo: list[tuple[int, list[Sample]]], decoders: dict[str, Decoder], budget: int, limit: int,
+            repeats: int, warmup: int, encode: Callable, tokenizer,
+            finished: Callable[[list[tuple[Sample, dict[str, list[Turn]]]]], None], bar, stop,
+            batch_size: int = 1) -> None:
+    """Warm up on the first group to run, then each ``(index, group)`` of ``todo`` in turn; ``finished`` gets every
+    whole group (its samples with their turns) as soon as it is done. Returns early, between two generations, once
+    ``stop.signal`` is set."""
     if not todo or stop.signal:
         return
-    warm_up(decoders, encode(todo[0][1], []), budget, warmup)
-    for index, sample in todo:
-        turns = run_sample(sample, index, decoders, budget, limit, repeats, encode, tokenizer, bar, stop)
+    first = [encode(s, []) for s in todo[0][1]]
+    sizes = tuple(sorted({len(g) for _, g in todo} - {1})) if batch_size > 1 else ()
+    while len(first) < max(sizes, default=1):  # a later group larger than the first (a resumed run)
+        first.append(first[-1])
+    warm_up(decoders, first, budget, warmup, sizes)
+    for index, group in todo:
+        turns = run_group(group, index, decoders, budget, limit, repeats, encode, tokenizer, bar, stop, batch_size)
         if turns is None:
             return
-        finished(sample, turns)
+        finished([(s, turns[s.id]) for s in group])

@@ -12,7 +12,9 @@
    each with its speedup's bootstrap CI and noise alarm (``timing.py``);
 4. **report and track** (``print_summary``, ``track``): the console table with the noise advice, then wandb.
 
-Protocol (DESIGN.md, "Contracts"): batch size 1; one budget for all (``decoder.max_new_tokens`` or else
+Protocol (DESIGN.md, "Contracts"): batch size ``benchmark.batch_size`` (default 1; above, every decoder and the AR
+baseline decode the prompts in groups of that size, AR is timed at batch 1 too, as the ``ar_bs1`` rows, and each
+prompt's tokens are compared with ``ar_bs1``'s: measure.py); one budget for all (``decoder.max_new_tokens`` or else
 ``benchmark.max_new_tokens``); tokens are counted as ids on both sides; ``Decoder.generate`` times the decode call
 itself (synchronised on GPU); ``benchmark.threads`` pins torch's intra-op threads; multi-turn samples ask turn k
 after the decoder's *own* answer to turn k-1; a prompt longer than ``benchmark.max_prompt_tokens`` (default: the
@@ -28,6 +30,8 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import resource
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -43,7 +47,7 @@ from specnoise.bench import timing
 from specnoise.bench.audit import audit_divergences, audit_fields, first_divergence, mismatch_fraction
 from specnoise.bench.datasets import Sample, dialogue_text, first_that_fit, load_samples
 from specnoise.bench.engines import add_speedup_vs_best_ar, engine_meta
-from specnoise.bench.measure import Turn, measure
+from specnoise.bench.measure import REFERENCE, Turn, measure
 from specnoise.bench.progress import Interrupted, PromptLog, Stop, stop_on_signals
 from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
@@ -57,25 +61,43 @@ from specnoise.numerics import describe, use_numerics
 
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
+BATCH_COLUMNS = ["batch_size", "speedup_vs_bs1_ar"]  # shown in the console table when benchmark.batch_size > 1
 TABLE_COLUMNS = ["decoder", "category", "prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second",
                  "speedup", "speedup_ci_low", "speedup_ci_high", "timing_noisy", "lossless_fraction",
                  "mismatch_fraction", "task_score", "score_metric", "ref_nll"]
 TRACKED = ["speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing_noisy", "repeats",
            "mean_accepted_tokens", "tokens_per_second", "lossless_fraction", "task_score", "ref_nll", "sb_speedup",
            "sb_tokens_per_second", "target_seconds", "draft_seconds", "other_seconds", "cost_bound",
-           "speedup_exceeds_mat"]
+           "speedup_exceeds_mat", "batch_size", "speedup_vs_bs1_ar"]
 
 
 # ------------------------------------------------------------------------------------------ set-up
+def batch_skips(conf: Config) -> dict[str, str]:
+    """Decoders of the job that cannot decode a batch of ``benchmark.batch_size`` prompts (the generate() peers
+    whose transformers mode runs at batch size 1 only): name -> the one-line note the run prints and records."""
+    size = conf.benchmark.batch_size
+    if size <= 1:
+        return {}
+    notes = {}
+    for name in dict.fromkeys([conf.decoder.name, *conf.decoders]):
+        limit = getattr(decoder_class(name), "max_batch_size", None) if name != "ar" else None
+        if limit is not None and size > limit:
+            notes[name] = (f"{name} skipped at benchmark.batch_size={size}: transformers runs it at batch size "
+                           f"{limit} only")
+    return notes
+
+
 def decoder_configs(conf: Config) -> list[DecoderConfig]:
-    """AR baseline first, then ``decoder`` and every ``decoders`` option (sharing budget, sampling and seed).
+    """AR baseline first, then ``decoder`` and every ``decoders`` option (sharing budget, sampling and seed),
+    less those ``batch_skips`` names.
 
     A ``decoders`` entry is a schema name (Config checks it), built from its dataclass's defaults, which are what
     its YAML option sets (tests/test_config.py holds them equal)."""
     shared = {k: getattr(conf.decoder, k) for k in SHARED_FIELDS}
     configs = [conf.decoder if conf.decoder.name == "ar" else ARConfig(**shared)]
+    skipped = batch_skips(conf)
     for name in dict.fromkeys([conf.decoder.name, *conf.decoders]):
-        if name == "ar":
+        if name == "ar" or name in skipped:
             continue
         if decoder_class(name).needs_draft and conf.draft.name == "none":
             raise UserError(f"decoder={name} needs a draft model: set draft=NAME or pair=NAME")
@@ -96,6 +118,7 @@ class Setup:
     limit: int  # the longest prompt that fits
     template: str
     encode: Callable[[Sample, list[str]], list[int]]  # a sample's prompt after the given answers
+    decoder_notes: dict[str, str] = field(default_factory=dict)  # decoders skipped at this batch size, and why
 
 
 def check_before_loading(conf: Config, model_path: str | None, budget: int) -> None:
@@ -115,6 +138,9 @@ def set_up(conf: Config, model_path: str | None) -> Setup:
     if bench.threads:  # tiny models on a shared CPU run far steadier on one thread
         torch.set_num_threads(bench.threads)
     configs = decoder_configs(conf)  # fails fast on a decoder that needs a missing draft
+    notes = batch_skips(conf)
+    for note in notes.values():
+        print(f"NOTE: {note}")  # not an error: the job runs without it (also in results.json meta)
     template = bench.template or conf.model.template
     samples = load_samples(bench, template)
     budget = conf.decoder.max_new_tokens or bench.max_new_tokens
@@ -149,7 +175,7 @@ def set_up(conf: Config, model_path: str | None) -> Setup:
     longest = min(context, max(len(encode(s, [""] * (len(s.turns) - 1))) + (budget + 8) * len(s.turns) for s in kept))
     for decoder in decoders.values():
         decoder.reserve(longest)
-    return Setup(conf, target, decoders, kept, skipped, budget, limit, template, encode)
+    return Setup(conf, target, decoders, kept, skipped, budget, limit, template, encode, notes)
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -159,7 +185,7 @@ class Measured:
 
     conf: Config
     samples: list[Sample]  # those that were run
-    runs: dict[str, dict[str, list[Turn]]]  # decoder -> sample id -> turns ("ar" first)
+    runs: dict[str, dict[str, list[Turn]]]  # decoder -> sample id -> turns ("ar" first; REFERENCE last at B > 1)
     budget: int
     lossless: bool  # greedy and benchmark.check_lossless: compare every decoder's tokens with AR's
     model: str  # the target's name in the rows: a model this job trained is named after its run
@@ -170,6 +196,19 @@ class Measured:
     refs: dict[str, RefNLL] = field(default_factory=dict)  # sample id -> NLL of its reference (model only)
     audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
     bounds: dict[str, dict] = field(default_factory=dict)  # decoder -> verify block and t(1), t(q) (bound.py)
+    batch_size: int = 1  # benchmark.batch_size
+
+    @property
+    def reference(self) -> str:
+        """Whose tokens every decoder's are compared with: AR at batch 1 (AR itself when the job is at batch 1)."""
+        return REFERENCE if self.batch_size > 1 else "ar"
+
+    def baseline(self, name: str) -> str:
+        """The AR run a decoder's ``speedup`` is against: AR at the same batch size (``ar_bs1`` is its own)."""
+        return name if name == REFERENCE else "ar"
+
+    def batch_of(self, name: str) -> int:
+        return 1 if name == REFERENCE else self.batch_size
 
     def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
         return [t.out.tokens for t in self.runs[decoder][sample.id]]
@@ -196,30 +235,38 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
 def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) -> Measured:
     """Samples finished by an earlier attempt in ``run_dir`` are read back, the others measured."""
     conf, bench = setup.conf, setup.conf.benchmark
-    names = list(setup.decoders)
+    size = bench.batch_size
+    decoders = dict(setup.decoders)
+    if size > 1:
+        decoders[REFERENCE] = setup.decoders["ar"]  # AR once more, one prompt at a time
+    names = list(decoders)
     run_dir.mkdir(parents=True, exist_ok=True)
     prompt_log = PromptLog(run_dir, cfg, names)  # refuses to continue a run with other settings
     label = conf.model.name if conf.train.name == "none" else f"{conf.model.name}+{conf.train.name}@{run_dir.name}"
     m = Measured(conf, setup.samples, {name: {} for name in names}, setup.budget,
-                 lossless=bench.check_lossless and conf.decoder.temperature == 0, model=label)
+                 lossless=bench.check_lossless and conf.decoder.temperature == 0, model=label, batch_size=size)
     for s in setup.samples:
         if s.id in prompt_log.finished:
             for name in names:
                 m.runs[name][s.id] = restore_turns(prompt_log.finished[s.id], name, s, setup.encode)
-    todo = [(i, s) for i, s in enumerate(setup.samples) if s.id not in m.runs["ar"]]
-    m.resumed = len(setup.samples) - len(todo)
+    # the groups are fixed by the prompts' order, so a continued run measures a group again whole
+    groups = [setup.samples[i:i + size] for i in range(0, len(setup.samples), size)]
+    todo = [(g, group) for g, group in enumerate(groups) if any(s.id not in m.runs["ar"] for s in group)]
+    m.resumed = len(m.runs["ar"])
 
-    def finished(sample: Sample, turns: dict[str, list[Turn]]) -> None:
-        for name in names:
-            m.runs[name][sample.id] = turns[name]
-        prompt_log.append(sample_rows(m, sample))
+    def finished(done: list[tuple[Sample, dict[str, list[Turn]]]]) -> None:
+        new = [(sample, turns) for sample, turns in done if sample.id not in m.runs["ar"]]
+        for sample, turns in new:
+            for name in names:
+                m.runs[name][sample.id] = turns[name]
+        prompt_log.append([row for sample, _ in new for row in sample_rows(m, sample)])  # one write per group
 
     started = time.time()
     total = sum(len(s.turns) for s in setup.samples) * len(names) * bench.repeats
     with tqdm(total=total, desc=f"bench {bench.name}", unit="gen") as bar:
         bar.update(sum(len(turns) for turns in m.runs["ar"].values()) * len(names) * bench.repeats)
-        measure(todo, setup.decoders, setup.budget, setup.limit, bench.repeats, bench.warmup, setup.encode,
-                setup.target.tokenizer, finished, bar, stop)
+        measure(todo, decoders, setup.budget, setup.limit, bench.repeats, bench.warmup, setup.encode,
+                setup.target.tokenizer, finished, bar, stop, size)
     m.wall = time.time() - started
     m.samples = [s for s in setup.samples if s.id in m.runs["ar"]]
     return m
@@ -235,7 +282,7 @@ def wrap_up(setup: Setup, m: Measured, stop: Stop) -> None:
         lambda: score(m),
         lambda: setattr(m, "refs", reference_nlls(target.model, tokenizer, m.samples,
                                                   lambda s: dialogue_text(s, setup.template, [], tokenizer))),
-        lambda: setattr(m, "audits", audit_divergences(m.runs, target.model) if m.lossless else {}),
+        lambda: setattr(m, "audits", audit_divergences(m.runs, target.model, m.reference) if m.lossless else {}),
         lambda: setattr(m, "bounds", measure_bounds(setup, m) if not stop.signal else {}),  # timing: quiet job only
     ]
     timing_stopped = stop.signal
@@ -274,7 +321,7 @@ def restore_turns(rows: list[dict], name: str, sample: Sample, encode) -> list[T
     turns: list[Turn] = []
     for r in sorted((r for r in rows if r["decoder"] == name), key=lambda r: r["turn"]):
         out = DecodeOutput(r["tokens"], r["target_forwards"], r["draft_forwards"], r["accepted"], r["seconds"],
-                           host_reads=r.get("host_reads", 0))
+                           host_reads=r.get("host_reads", 0), batch_size=r.get("batch_size", 1))
         seconds = r.get("repeat_seconds") or [r["seconds"]]
         turns.append(Turn(encode(sample, [t.text.strip() for t in turns]), out, r["output"], seconds,
                           [r.get("target_seconds")] * len(seconds), [r.get("draft_seconds")] * len(seconds),
@@ -306,6 +353,7 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
                  "repeat_token_mismatches": differing if m.lossless else None,
                  "calibration_warning": timing.calibration_warning(rows),
                  "wall_seconds": m.wall, "model_path": setup.target.path, "device": str(setup.target.device),
+                 "batch_size": m.batch_size, "skipped_decoders": setup.decoder_notes, **peak_memory(),
                  "dtype": str(setup.target.model.dtype), "torch_threads": torch.get_num_threads(),
                  "platform": platform.platform(), "torch": torch.__version__,
                  **engine_meta(decoders),
@@ -316,6 +364,15 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
     write_atomic(run_dir / "per_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in per_prompt))  # with scores
     write_atomic(path, json.dumps(results, indent=2))
     return path, rows, per_prompt
+
+
+def peak_memory() -> dict:
+    """The job's peak resident set (``getrusage(RUSAGE_SELF).ru_maxrss``: the whole process, loading included, in
+    MiB) and, on CUDA, torch's peak allocated GPU memory."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)
+    cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() and torch.cuda.is_initialized() \
+        else None
+    return {"peak_rss_mib": rss, "cuda_peak_allocated_mib": cuda}
 
 
 def prompt_rows(m: Measured) -> list[dict]:
@@ -334,7 +391,7 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
     for name, by_sample in m.runs.items():
         turns = by_sample[s.id]
         for k, t in enumerate(turns):
-            ar_tokens = m.runs["ar"][s.id][k].out.tokens
+            ar_tokens = m.runs[m.reference][s.id][k].out.tokens
             score = m.scores.get((name, s.id)) if k == len(turns) - 1 else None
             rows.append({
                 "id": s.id, "category": s.category, "turn": k, "decoder": name,
@@ -352,6 +409,7 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "score_detail": {key: v for key, v in score.items() if key != "score"} if score else None,
                 "ref_nll": m.refs[s.id].mean if s.id in m.refs else None,
                 "tokens": t.out.tokens, "sample_turns": len(turns),  # a continued run knows the sample is whole
+                "batch_size": m.batch_of(name),
             })
     return rows
 
@@ -370,21 +428,23 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         return [(sum(len(t.out.tokens) for t in turns), sum(t.mean_seconds for t in turns))
                 for turns in (m.runs[decoder][s.id] for s in group)]
 
-    mine, ar = per_sample(name), per_sample("ar")
+    base = m.baseline(name)
+    mine, ar = per_sample(name), per_sample(base)
     turns = [t for s in group for t in m.runs[name][s.id]]
     outs = [t.out for t in turns]
     tokens, seconds = map(sum, zip(*mine))
     ar_tokens, ar_seconds = map(sum, zip(*ar))
     forwards = sum(o.target_forwards for o in outs)
     mat = tokens / max(forwards, 1)
-    speedup = 1.0 if name == "ar" else ar_seconds / max(seconds, 1e-9)
+    speedup = 1.0 if name == base else ar_seconds / max(seconds, 1e-9)
+    bs1_seconds = sum(sec for _, sec in per_sample(m.reference))  # AR at batch 1 (AR itself at batch size 1)
     conf = m.conf
     low, high = timing.speedup_ci([sec for _, sec in ar], [sec for _, sec in mine], conf.benchmark.bootstrap,
                                   conf.seed)
-    if name == "ar" and low is not None:
+    if name == base and low is not None:
         low = high = 1.0  # AR against itself, pair by pair
-    ar_cv = timing.time_cv([per_token_repeats(m.runs["ar"][s.id]) for s in group])
-    same = [m.tokens(name, s) == m.tokens("ar", s) for s in group]
+    ar_cv = timing.time_cv([per_token_repeats(m.runs[base][s.id]) for s in group])
+    same = [m.tokens(name, s) == m.tokens(m.reference, s) for s in group]
     metric, score, details = aggregate_row([m.answers[(name, s.id)] for s in group if (name, s.id) in m.answers],
                                            [m.scores.get((name, s.id)) for s in group], conf.benchmark)
     sb_speed = fmean(n / max(sec, 1e-9) for n, sec in mine)  # Spec-Bench: mean over prompts of tokens/s
@@ -409,14 +469,18 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "task_score": score, "score_metric": metric, **{f"score_{k}": v for k, v in details.items()},
         **row_ref_nll(m.refs, group),
         "sb_tokens_per_second": sb_speed, "sb_ar_tokens_per_second": sb_ar_speed,
-        "sb_speedup": 1.0 if name == "ar" else sb_speed / max(sb_ar_speed, 1e-9),
+        "sb_speedup": 1.0 if name == base else sb_speed / max(sb_ar_speed, 1e-9),
         "sb_mean_accepted_tokens": fmean(accepted) if accepted else 0.0,  # pooled over steps, as Spec-Bench's #MAT
         # where the time goes (means over repeats, summed over the group's turns)
         "target_seconds": target_s, "draft_seconds": draft_s,
         "other_seconds": None if target_s is None else seconds - target_s - (draft_s or 0.0),
         "verify_block": bound.get("verify_block"), "cost_ratio": tq / t1 if t1 and tq else None,
         "cost_bound": timing.cost_bound(mat, t1, tq),
-        "speedup_exceeds_mat": speedup > mat * 1.0001 if name != "ar" else False,  # impossible for a real timing
+        "speedup_exceeds_mat": speedup > mat * 1.0001 if name != base else False,  # impossible for a real timing
+        # batching: rows decoded together, and the speedup against AR at batch 1 (the group's tokens per second
+        # against AR's one prompt at a time; equal to `speedup` at batch size 1)
+        "batch_size": m.batch_of(name),
+        "speedup_vs_bs1_ar": 1.0 if name == m.reference else bs1_seconds / max(seconds, 1e-9),
     }
 
 
@@ -435,7 +499,9 @@ def print_summary(rows: list[dict], path: Path) -> None:
     """The console table (category rows too), then what a reader must know before quoting a speedup."""
     import pandas as pd
 
-    shown = pd.DataFrame(rows)[TABLE_COLUMNS].astype(object)
+    batched = any(r.get("batch_size", 1) > 1 for r in rows)
+    columns = TABLE_COLUMNS[:1] + BATCH_COLUMNS + TABLE_COLUMNS[1:] if batched else TABLE_COLUMNS
+    shown = pd.DataFrame(rows)[columns].astype(object)
     print(shown.where(shown.notna(), None).to_markdown(index=False, floatfmt=".3f", missingval="-"))
     noisy = [f"{r['decoder']}/{r['category']}" for r in rows if r["timing_noisy"]]
     if noisy:

@@ -6,16 +6,25 @@ drafter. ``generate()`` keeps its own cache, so the engines of the base class on
 (removed afterwards) counts target and draft calls, and a streamer receives each target forward's accepted tokens,
 which go to ``out.emit`` as one block each, exactly like our decoders' steps. Their ``target_seconds`` is not
 measured (None).
+
+Batches (``generate_batch``, ``benchmark.batch_size`` > 1): ``hf_greedy`` and ``hf_static`` decode a group in one
+``generate()`` call over the prompts left-padded to the longest (``attention_mask`` zero on the padding, from which
+generate() derives each row's positions, so every row sees only its own prompt); each row's tokens are cut at its
+first EOS (generate() keeps a finished row in the batch, filling it with padding) and count one target forward per
+token, as at batch 1. ``hf_pld`` and ``hf_assisted`` run at batch 1 only (``max_batch_size``: transformers' prompt
+lookup and assisted generation refuse a batch): the runner skips them at ``batch_size`` > 1 with a note.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 from transformers import GenerationConfig, StaticCache
 from transformers.generation.streamers import BaseStreamer
 
-from specnoise.decoding.base import Decoder, Output
-from specnoise.decoding.kv import Engine
+from specnoise.decoding.base import DecodeOutput, Decoder, Output
+from specnoise.decoding.kv import Engine, sync
 from specnoise.decoding.static_kv import capacity_for
 from specnoise.errors import UserError
 from specnoise.numerics import numerics
@@ -61,26 +70,78 @@ class HFGreedy(Decoder):
         """generate() arguments naming other models (the assistant)."""
         return {}
 
-    def decode(self, prompt: list[int], out: Output, seed: int = 0) -> None:
-        model = self.target_model.model
+    def generation_config(self, budget: int) -> GenerationConfig:
         eos = sorted(self.eos_ids) or None
-        pad = model.generation_config.pad_token_id
-        config = GenerationConfig(**GREEDY, max_new_tokens=out.budget, eos_token_id=eos,
-                                  pad_token_id=pad if pad is not None else (eos[0] if eos else 0), **self.options())
-        ids = torch.tensor([prompt], device=self.target.device)
-        blocks = _Blocks()
+        return GenerationConfig(**GREEDY, max_new_tokens=budget, eos_token_id=eos, pad_token_id=self.pad_id(),
+                                **self.options())
+
+    def pad_id(self) -> int:
+        eos = sorted(self.eos_ids)
+        pad = self.target_model.model.generation_config.pad_token_id
+        return pad if pad is not None else (eos[0] if eos else 0)
+
+    def run(self, ids: torch.Tensor, mask: torch.Tensor, budget: int, streamer=None) -> torch.Tensor:
+        """One generate() call over ``ids`` (rows left-padded, ``mask`` 0 on the padding); the sequences it returns."""
+        model = self.target_model.model
         hooks = [_count_forwards(kv) for kv in (self.target, self.draft) if kv is not None and self.hooked]
         try:
             with numerics(model):  # the same attention-backend policy as our engine's calls
-                model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, streamer=blocks,
-                               **self.models())
+                return model.generate(ids, attention_mask=mask, generation_config=self.generation_config(budget),
+                                      streamer=streamer, **self.models())
         finally:
             for hook in hooks:
                 hook.remove()
+
+    def decode(self, prompt: list[int], out: Output, seed: int = 0) -> None:
+        ids = torch.tensor([prompt], device=self.target.device)
+        blocks = _Blocks()
+        self.run(ids, torch.ones_like(ids), out.budget, blocks)
         for block in blocks.blocks or []:
             out.emit(block)
         if not self.hooked:  # greedy: one target forward per streamed token
             self.target.forwards = len(blocks.blocks or [])
+
+    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
+                       seed: int | None = None) -> list[DecodeOutput]:
+        """The group in one generate() call, left-padded (module docstring); a group of one is ``generate``."""
+        if getattr(self, "max_batch_size", None) == 1 and len(prompts) > 1:
+            raise UserError(f"decoder={self.name} decodes one prompt at a time (transformers supports it at batch "
+                            "size 1 only): use benchmark.batch_size=1")
+        if len(prompts) <= 1:
+            return [self.generate(p, max_new_tokens, seed) for p in prompts]
+        prompts = [[int(t) for t in p] for p in prompts]
+        for p in prompts:
+            if not p:
+                raise UserError("empty prompt: a prompt needs at least one token")
+            if len(p) + max_new_tokens > self.target.max_length:
+                raise UserError(f"prompt of {len(p)} tokens + max_new_tokens={max_new_tokens} exceeds the model's "
+                                f"context of {self.target.max_length}: shorten the prompt or lower max_new_tokens")
+        width = max(map(len, prompts))
+        for kv in filter(None, (self.target, self.draft)):
+            kv.reset()
+        self.reserve(width + max_new_tokens)
+        pad, device = self.pad_id(), self.target.device
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        sync(device)
+        start = time.perf_counter()
+        if max_new_tokens > 0:
+            with torch.inference_mode():
+                new = self.run(ids, mask, max_new_tokens)[:, width:].tolist()
+        else:
+            new = [[] for _ in prompts]
+        sync(device)
+        share = (time.perf_counter() - start) / len(prompts)
+        outs = []
+        for row in new:
+            out = Output(self.eos_ids, max_new_tokens)
+            for tok in row:  # greedy: one token per target forward; a finished row's padding is cut
+                if out.done:
+                    break
+                out.emit([tok])
+            outs.append(DecodeOutput(tokens=out.tokens, target_forwards=len(out.tokens), accepted=out.accepted,
+                                     seconds=share, batch_size=len(prompts)))
+        return outs
 
 
 class HFStatic(HFGreedy):
@@ -95,23 +156,34 @@ class HFStatic(HFGreedy):
     def __init__(self, cfg, target, draft=None):
         super().__init__(cfg, target, draft)
         self.cache, self.capacity = None, 0
+        self.batch_caches: dict[int, StaticCache] = {}  # rows -> its own cache (a cache keeps its first batch size)
+        self.rows = 1
 
     def models(self) -> dict:
-        return {self.target.cache_kw: self.cache}  # `cache` since transformers 5.24, `past_key_values` before
+        cache = self.cache if self.rows == 1 else self.batch_caches[self.rows]
+        return {self.target.cache_kw: cache}  # `cache` since transformers 5.24, `past_key_values` before
 
     def reserve(self, n: int) -> None:
         super().reserve(n)
         if n > self.capacity:  # a new cache shape: generate() compiles again, in the next (untimed) warm-up
             self.capacity = capacity_for(n, self.target.max_length, block=0)
             self.cache = StaticCache(config=self.target.model.config, max_cache_len=self.capacity)
+            self.batch_caches = {}
 
-    def decode(self, prompt: list[int], out: Output, seed: int = 0) -> None:
-        self.cache.reset()
-        super().decode(prompt, out, seed)
+    def run(self, ids: torch.Tensor, mask: torch.Tensor, budget: int, streamer=None) -> torch.Tensor:
+        self.rows = ids.shape[0]
+        if self.rows > 1 and self.rows not in self.batch_caches:  # built in the warm-up of this group size
+            self.batch_caches[self.rows] = StaticCache(config=self.target.model.config, max_cache_len=self.capacity)
+        (self.cache if self.rows == 1 else self.batch_caches[self.rows]).reset()
+        try:
+            return super().run(ids, mask, budget, streamer)
+        finally:
+            self.rows = 1
 
 
 class HFPLD(HFGreedy):
     name = "hf_pld"
+    max_batch_size = 1  # transformers' prompt lookup decodes one sequence at a time
 
     def options(self) -> dict:
         return dict(prompt_lookup_num_tokens=self.cfg.prompt_lookup_num_tokens,
@@ -123,6 +195,7 @@ class HFAssisted(HFGreedy):
 
     name = "hf_assisted"
     needs_draft = True
+    max_batch_size = 1  # transformers' assisted generation decodes one sequence at a time
 
     def models(self) -> dict:
         target, draft = self.target_model, self.draft_model

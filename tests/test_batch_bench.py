@@ -1,0 +1,229 @@
+"""benchmark.batch_size: prompts decoded in groups by every decoder and AR, per-prompt rows against AR at batch 1,
+the batched Hugging Face peers, the batch-1-only peers skipped with a note, batch size as a report axis.
+
+Tiny saved models (tests/helpers_models.py) and the tiny random models of two families (conftest.py), no mocks.
+The decoders' own ``generate_batch`` is whatever base.py holds (a sequential placeholder until the batched
+verifier lands); these tests hold the benchmark's side of the contract.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from conftest import prompts as random_prompts
+from helpers_models import save_tiny_model, tiny_tokenizer
+from specnoise.bench.measure import REFERENCE
+from specnoise.bench.runner import batch_skips, run_benchmark
+from specnoise.config import DECODER_SCHEMAS, BenchmarkConfig, ConfigError, config_dir
+from specnoise.decoding.base import Decoder, build_decoder
+from specnoise.report import build_report
+
+PROMPTS = [
+    {"text": "def add(a, b):", "cat": "code"},
+    {"text": ["Translate German to English: Der Hund schläft.", "Now say it again."], "cat": "prose"},
+    {"text": "Summarize the article: the quick brown fox jumps over the lazy dog, twice.", "cat": "prose"},
+    {"text": "for i in range(10):", "cat": "code"},
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    tok = tiny_tokenizer()
+    return {"target": save_tiny_model(root / "target", tokenizer=tok),
+            "draft": save_tiny_model(root / "draft", layers=1, hidden=32, seed=1, tokenizer=tok)}
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return path
+
+
+def configure(models, prompt_file, *overrides):
+    base = [f"model.path={models['target']}", "logger=none", "benchmark.max_new_tokens=8", "benchmark.warmup=0",
+            "benchmark=jsonl", f"benchmark.path={prompt_file}", "benchmark.prompt_field=text",
+            "benchmark.category_field=cat", "benchmark.cost_bound=false"]
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=base + list(overrides))
+    return OmegaConf.to_object(cfg), cfg
+
+
+def run(models, prompt_file, tmp_path, *overrides):
+    conf, cfg = configure(models, prompt_file, *overrides)
+    path = run_benchmark(conf, cfg, tmp_path)
+    results = json.loads(path.read_text())
+    per_prompt = [json.loads(line) for line in (tmp_path / "per_prompt.jsonl").read_text().splitlines()]
+    return results, per_prompt
+
+
+@pytest.fixture
+def batch_calls(monkeypatch) -> list[tuple[str, int]]:
+    """Every ``generate_batch`` call of the job: (decoder, rows)."""
+    calls: list[tuple[str, int]] = []
+    real = Decoder.generate_batch
+
+    def spy(self, prompts, max_new_tokens, seed=None):
+        calls.append((self.name, len(prompts)))
+        return real(self, prompts, max_new_tokens, seed)
+
+    monkeypatch.setattr(Decoder, "generate_batch", spy)
+    return calls
+
+
+# ------------------------------------------------------------------------------------------ config
+@pytest.mark.parametrize("bad", [0, -2])
+def test_batch_size_is_validated(bad):
+    with pytest.raises(ConfigError, match="benchmark.batch_size: got .*must be an integer >= 1"):
+        BenchmarkConfig(batch_size=bad)
+    assert BenchmarkConfig().batch_size == 1
+
+
+def test_batch_size_from_the_command_line_is_validated(models, prompt_file):
+    with pytest.raises(Exception, match="batch_size"):
+        configure(models, prompt_file, "benchmark.batch_size=0")
+
+
+# ------------------------------------------------------------------------------------------ the runner
+def test_groups_of_b_with_a_partial_last_group(models, prompt_file, tmp_path, batch_calls):
+    """4 prompts at B = 3: groups [0, 1, 2] and [3]; the two-turn prompt's second turn is a batch of its own;
+    AR at batch 1 (``ar_bs1``) is the reference, and every row is lossless against it."""
+    results, per_prompt = run(models, prompt_file, tmp_path, "decoder=jacobi", "decoders=[pld]",
+                              "benchmark.batch_size=3")
+    # turn 0 of group 0 (3 rows), turn 1 of the two-turn prompt (1 row), group 1 (1 row); per batched decoder
+    for name in ("ar", "jacobi", "pld"):
+        assert [n for n, _ in batch_calls if n == name] == [name] * 3
+        assert [rows for n, rows in batch_calls if n == name] == [3, 1, 1]
+    assert {r["decoder"] for r in per_prompt} == {"ar", "jacobi", "pld", REFERENCE}
+    assert len(per_prompt) == 5 * 4  # five prompt turns, four runs
+    for r in per_prompt:
+        assert r["batch_size"] == (1 if r["decoder"] == REFERENCE else 3)
+        assert r["identical_to_ar"] is True and r["first_divergence"] is None
+    # the group's rows share its time equally
+    first_group = [r for r in per_prompt if r["decoder"] == "jacobi" and r["turn"] == 0 and r["id"] in "012"]
+    assert len({round(r["seconds"], 12) for r in first_group}) == 1
+
+    rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
+    assert set(rows) == {(d, c) for d in ("ar", "jacobi", "pld", REFERENCE) for c in ("code", "prose", "all")}
+    for (name, _), row in rows.items():
+        assert row["batch_size"] == (1 if name == REFERENCE else 3)
+        assert row["lossless_fraction"] == 1.0 and row["mismatch_fraction"] == 0
+        assert row["tokens_per_second"] == pytest.approx(row["new_tokens"] / row["seconds"])
+    ar, bs1, jacobi = rows[("ar", "all")], rows[(REFERENCE, "all")], rows[("jacobi", "all")]
+    assert ar["speedup"] == 1.0 and bs1["speedup"] == 1.0 and bs1["speedup_vs_bs1_ar"] == 1.0
+    assert jacobi["speedup"] == pytest.approx(ar["seconds"] / jacobi["seconds"])  # against AR at the same B
+    assert jacobi["speedup_vs_bs1_ar"] == pytest.approx(bs1["seconds"] / jacobi["seconds"])
+    assert ar["speedup_vs_bs1_ar"] == pytest.approx(bs1["seconds"] / ar["seconds"])
+    assert results["meta"]["batch_size"] == 3 and results["meta"]["skipped_decoders"] == {}
+    assert results["meta"]["peak_rss_mib"] > 0
+
+
+def test_batch_size_one_is_the_unbatched_job(models, prompt_file, tmp_path, batch_calls):
+    """B = 1: no generate_batch, no ar_bs1 rows, the same tokens and forwards per prompt as at B = 3 (the rows of a
+    batched job equal AR-alone's and each decoder's own batch-1 run), speedup_vs_bs1_ar = speedup."""
+    one, per_one = run(models, prompt_file, tmp_path / "one", "decoder=jacobi", "decoders=[pld]")
+    assert batch_calls == []
+    assert {r["decoder"] for r in one["rows"]} == {"ar", "jacobi", "pld"}
+    for row in one["rows"]:
+        assert row["batch_size"] == 1 and row["speedup_vs_bs1_ar"] == pytest.approx(row["speedup"])
+    assert all(r["batch_size"] == 1 for r in per_one)
+    _, per_three = run(models, prompt_file, tmp_path / "three", "decoder=jacobi", "decoders=[pld]",
+                       "benchmark.batch_size=3")
+    key = lambda r: (r["decoder"], r["id"], r["turn"])  # noqa: E731
+    three = {key(r): r for r in per_three}
+    for r in per_one:
+        other = three[key(r)]
+        assert (other["tokens"], other["target_forwards"]) == (r["tokens"], r["target_forwards"])
+        assert three[(REFERENCE, r["id"], r["turn"])]["tokens"] == r["tokens"]
+
+
+def test_a_batched_run_continues_group_by_group(models, prompt_file, tmp_path):
+    """A continued batched run reads the finished groups back and measures only the rest."""
+    results, per_prompt = run(models, prompt_file, tmp_path, "decoder=ar", "benchmark.batch_size=2")
+    path = tmp_path / "per_prompt.jsonl"
+    kept = [r for r in per_prompt if r["id"] in ("0", "1")]  # the first group
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    again, per_again = run(models, prompt_file, tmp_path, "decoder=ar", "benchmark.batch_size=2")
+    assert again["progress"]["resumed"] == 2 and again["progress"]["prompts"] == 4
+    assert sorted((r["decoder"], r["id"], r["turn"]) for r in per_again) == \
+        sorted((r["decoder"], r["id"], r["turn"]) for r in per_prompt)
+
+
+def test_batch_1_only_peers_are_skipped_with_a_note(models, prompt_file, tmp_path, capsys):
+    results, per_prompt = run(models, prompt_file, tmp_path, "decoder=hf_greedy", "decoders=[hf_pld,hf_assisted]",
+                              "draft.name=tiny-draft", f"draft.path={models['draft']}", "benchmark.batch_size=2",
+                              "benchmark.limit=2")
+    assert {r["decoder"] for r in results["rows"]} == {"ar", "hf_greedy", REFERENCE}
+    notes = results["meta"]["skipped_decoders"]
+    assert set(notes) == {"hf_pld", "hf_assisted"} and all("batch size 1 only" in n for n in notes.values())
+    out = capsys.readouterr().out
+    assert "NOTE: hf_pld skipped at benchmark.batch_size=2" in out and "NOTE: hf_assisted skipped" in out
+    rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
+    assert rows[("hf_greedy", "all")]["lossless_fraction"] == 1.0 and rows[("hf_greedy", "all")]["batch_size"] == 2
+
+
+def test_batch_skips_only_above_one(models, prompt_file):
+    conf, _ = configure(models, prompt_file, "decoder=hf_pld")
+    assert batch_skips(conf) == {}
+    conf.benchmark.batch_size = 4
+    assert list(batch_skips(conf)) == ["hf_pld"]
+
+
+# ------------------------------------------------------------------------------------------ the peers
+@pytest.mark.parametrize("name", ["hf_greedy", "hf_static"])
+def test_batched_peers_equal_their_batch_one_tokens(target, name):
+    """One left-padded generate() over prompts of different lengths gives each row its batch-1 tokens (fp32), one
+    row stopping at EOS early included."""
+    decoder = build_decoder(DECODER_SCHEMAS[name](), target)
+    found_eos = False
+    for seed in range(6):
+        ps = random_prompts(3, seed=seed, min_len=2, max_len=20)
+        alone = [decoder.generate(p, 16) for p in ps]
+        together = decoder.generate_batch(ps, 16)
+        assert [o.tokens for o in together] == [o.tokens for o in alone]
+        assert [o.target_forwards for o in together] == [o.target_forwards for o in alone]
+        assert all(o.batch_size == 3 and sum(o.accepted) == len(o.tokens) for o in together)
+        assert len({o.seconds for o in together}) == 1  # equal shares of the group's time
+        found_eos |= any(len(o.tokens) < 16 for o in alone) and len({len(o.tokens) for o in alone}) > 1
+        if found_eos and len({len(p) for p in ps}) > 1:
+            break
+    assert found_eos, "no group with a row ending at EOS early among the seeds tried"
+
+
+def test_batch_1_only_peer_refuses_a_batch(target, draft):
+    decoder = build_decoder(DECODER_SCHEMAS["hf_pld"](), target)
+    with pytest.raises(Exception, match="batch size 1 only"):
+        decoder.generate_batch(random_prompts(2), 8)
+    assert len(decoder.generate_batch(random_prompts(1), 8)) == 1
+
+
+# ------------------------------------------------------------------------------------------ the report
+def test_batch_size_sweep_reports_as_an_axis(models, prompt_file, tmp_path):
+    for b in (1, 2):
+        job = tmp_path / "sweep" / str(b)
+        run(models, prompt_file, job, "decoder=pld", f"benchmark.batch_size={b}", "benchmark.limit=2")
+        (job / ".hydra").mkdir()
+        (job / ".hydra" / "overrides.yaml").write_text(f"- decoder=pld\n- benchmark.batch_size={b}\n")
+    out = tmp_path / "report"
+    md = build_report([tmp_path / "sweep"], out).read_text()
+    assert (out / "sweep_benchmark.batch_size.png").is_file()
+    import pandas as pd
+
+    table = pd.read_csv(out / "report.csv")
+    assert {"benchmark.batch_size", "batch_size", "speedup_vs_bs1_ar"} <= set(table.columns)
+    assert "batch_size" in md
