@@ -221,7 +221,7 @@ def test_batch_size_sweep_reports_as_an_axis(models, prompt_file, tmp_path):
         (job / ".hydra" / "overrides.yaml").write_text(f"- decoder=pld\n- benchmark.batch_size={b}\n")
     out = tmp_path / "report"
     md = build_report([tmp_path / "sweep"], out).read_text()
-    assert (out / "sweep_benchmark.batch_size.png").is_file()
+    assert (out / "sweep_benchmark.batch_size.png").is_file() and (out / "batch_scaling.png").is_file()
     import pandas as pd
 
     table = pd.read_csv(out / "report.csv")

@@ -355,6 +355,46 @@ def plot_sweep(df: pd.DataFrame, x: str, hue: list[str], metrics: list[str], pat
     _save(fig, path)
 
 
+def plot_batch_scaling(df: pd.DataFrame, x: str, groups: list[str], path: Path) -> None:
+    """The batch-size study (``benchmark.batch_size`` swept): per decoder against B, the speedup over AR at the same
+    B, the speedup over AR at batch 1 (AR's own line: what batching alone gives) and the throughput (tokens/s of
+    the whole group); one column per other setting that varies (benchmark, subset)."""
+    data = df[df["decoder"] != REFERENCE].assign(_x=pd.to_numeric(df[x], errors="coerce"), _g=label(df, groups))
+    panels = [("speedup", "speedup vs AR at the same B"), ("speedup_vs_bs1_ar", "speedup vs AR at batch 1"),
+              ("tokens_per_second", "tokens per second (group)")]
+    panels = [(m, t) for m, t in panels if m in data and data[m].notna().any()]
+    columns = list(dict.fromkeys(data["_g"]))
+    if not panels or not columns:
+        return
+    decoders = list(dict.fromkeys(data["decoder"]))
+    palette = plt.get_cmap("tab20" if len(decoders) > 10 else "tab10")
+    style = {d: dict(color=palette(i % palette.N), marker="os^vD<>ph*"[i % 10], linestyle="-" if i < 10 else "--")
+             for i, d in enumerate(decoders)}  # one look per decoder in every panel
+    fig, axes = plt.subplots(len(panels), len(columns), squeeze=False,
+                             figsize=(5.0 * len(columns) + 2.5, 3.2 * len(panels)))
+    for j, group in enumerate(columns):
+        part = data[data["_g"] == group]
+        for i, (metric, title) in enumerate(panels):
+            ax = axes[i, j]
+            table = part.pivot_table(index="_x", columns="decoder", values=metric, aggfunc="mean").sort_index()
+            for decoder in [d for d in decoders if d in table and not (metric == "speedup" and d == "ar")]:
+                line = table[decoder].dropna()  # AR's speedup is the dashed line at 1
+                ax.plot(line.index, line.values, label=decoder, markersize=4, linewidth=1.2, **style[decoder])
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(table.index, [str(int(v)) for v in table.index])
+            if metric == "tokens_per_second":
+                ax.set_yscale("log")
+            ax.set_xlabel("batch size B")
+            ax.set_ylabel(metric)
+            ax.set_title(f"{title}{' | ' + group if group else ''}", fontsize=8)
+            if metric != "tokens_per_second":
+                ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    handles = {h.get_label(): h for ax in axes.flat for h in ax.get_lines() if not h.get_label().startswith("_")}
+    order = [d for d in decoders if d in handles]
+    fig.legend([handles[d] for d in order], order, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.98))
+    _save(fig, path)
+
+
 def markdown(title: str, sections: dict[str, pd.DataFrame], jobs: list[Job], plots: list[Path],
              notes: list[str] = ()) -> str:
     lines = [f"# {title}", ""]
@@ -438,6 +478,11 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
             others = [c for c in hue if c != x and not c.endswith("decoder")] + decoder
             plot_sweep(main, x, others, metrics, out_dir / f"sweep_{x.replace('/', '_')}.png")
             plots.append(out_dir / f"sweep_{x.replace('/', '_')}.png")
+        if x and x.endswith("batch_size"):  # the batch-size study: AR's own curves belong in it
+            every = df[df["category"] == "all"] if "category" in df else df
+            plot_batch_scaling(every, x, [c for c in hue if c != x and not c.endswith("decoder")],
+                               out_dir / "batch_scaling.png")
+            plots.append(out_dir / "batch_scaling.png")
 
     columns = ["job"] + swept + [c for c in df.columns if c not in swept and c != "job"]
     write_atomic(out_dir / "report.csv", lambda tmp: df.reindex(columns=columns).to_csv(tmp, index=False))
