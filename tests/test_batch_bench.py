@@ -130,7 +130,8 @@ def test_groups_of_b_with_a_partial_last_group(models, prompt_file, tmp_path, ba
     assert jacobi["speedup_vs_bs1_ar"] == pytest.approx(bs1["seconds"] / jacobi["seconds"])
     assert ar["speedup_vs_bs1_ar"] == pytest.approx(bs1["seconds"] / ar["seconds"])
     assert results["meta"]["batch_size"] == 3 and results["meta"]["skipped_decoders"] == {}
-    assert results["meta"]["peak_rss_mib"] > 0
+    meta = results["meta"]
+    assert meta["peak_rss_mib"] >= meta["peak_rss_before_timing_mib"] > 0
 
 
 def test_batch_size_one_is_the_unbatched_job(models, prompt_file, tmp_path, batch_calls):
@@ -227,3 +228,20 @@ def test_batch_size_sweep_reports_as_an_axis(models, prompt_file, tmp_path):
     table = pd.read_csv(out / "report.csv")
     assert {"benchmark.batch_size", "batch_size", "speedup_vs_bs1_ar"} <= set(table.columns)
     assert "batch_size" in md
+
+
+# ------------------------------------------------------------------------------------------ forward cost t(B·q)
+def test_batched_forward_cost_curve(tmp_path):
+    from specnoise.bench.batch_cost import main
+
+    model = save_tiny_model(tmp_path / "model")
+    md = main([f"model.path={model}", "--batch", "1,2", "--q", "1,4", "--repeats", "1", "--warmup", "0",
+               "--cache-len", "8", "--out", str(tmp_path / "cost")])
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "cost" / "batch_cost.csv")
+    assert sorted(zip(df.batch_size, df.q)) == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    assert (df.tokens == df.batch_size * df.q).all() and (df.ms > 0).all()
+    assert (df[df.q == 1].ratio_to_bq1 == 1.0).all()
+    assert (tmp_path / "cost" / "batch_cost.png").is_file() and "t(B·q)" in md.read_text()
+    assert torch.get_num_threads() == 1

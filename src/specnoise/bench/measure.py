@@ -69,7 +69,8 @@ def order(names: list[str], slot: int) -> list[str]:
 def warm_up(decoders: dict[str, Decoder], prompts: list[list[int]], budget: int, times: int,
             sizes: tuple[int, ...] = ()) -> None:
     """Untimed generations of the first prompt (and, per group size in ``sizes`` > 1, of a batch of the first
-    prompts of that size: a static engine's buckets and compiled graphs include the batch dimension), then
+    prompts of that size, with the whole budget: a static engine's buckets and compiled graphs include the batch
+    dimension, and a short warm-up would leave some of a decoder's block sizes to compile in the timed region), then
     ``reset_history()`` so nothing learnt here helps the measured prompts."""
     unique = list({id(d): d for d in decoders.values()}.values())  # REFERENCE is AR again
     for _ in range(times):

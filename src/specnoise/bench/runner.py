@@ -197,6 +197,7 @@ class Measured:
     audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
     bounds: dict[str, dict] = field(default_factory=dict)  # decoder -> verify block and t(1), t(q) (bound.py)
     batch_size: int = 1  # benchmark.batch_size
+    rss_before_timing: float | None = None  # peak resident MiB once loaded, before the first generation
 
     @property
     def reference(self) -> str:
@@ -261,6 +262,7 @@ def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) ->
                 m.runs[name][sample.id] = turns[name]
         prompt_log.append([row for sample, _ in new for row in sample_rows(m, sample)])  # one write per group
 
+    m.rss_before_timing = peak_memory()["peak_rss_mib"]
     started = time.time()
     total = sum(len(s.turns) for s in setup.samples) * len(names) * bench.repeats
     with tqdm(total=total, desc=f"bench {bench.name}", unit="gen") as bar:
@@ -353,7 +355,8 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
                  "repeat_token_mismatches": differing if m.lossless else None,
                  "calibration_warning": timing.calibration_warning(rows),
                  "wall_seconds": m.wall, "model_path": setup.target.path, "device": str(setup.target.device),
-                 "batch_size": m.batch_size, "skipped_decoders": setup.decoder_notes, **peak_memory(),
+                 "batch_size": m.batch_size, "skipped_decoders": setup.decoder_notes,
+                 **peak_memory(), "peak_rss_before_timing_mib": m.rss_before_timing,
                  "dtype": str(setup.target.model.dtype), "torch_threads": torch.get_num_threads(),
                  "platform": platform.platform(), "torch": torch.__version__,
                  **engine_meta(decoders),
@@ -368,7 +371,8 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
 
 def peak_memory() -> dict:
     """The job's peak resident set (``getrusage(RUSAGE_SELF).ru_maxrss``: the whole process, loading included, in
-    MiB) and, on CUDA, torch's peak allocated GPU memory."""
+    MiB; results.json also holds its value before the first generation, so the growth while decoding is the
+    difference) and, on CUDA, torch's peak allocated GPU memory."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)
     cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() and torch.cuda.is_initialized() \
         else None
