@@ -457,7 +457,9 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     target_s = _total([_mean(t.target_seconds) for t in turns])
     draft_s = _total([_mean(t.draft_seconds) for t in turns])
     bound = m.bounds.get(name, {})
-    t1, tq = bound.get("t1_seconds"), bound.get("tq_seconds")
+    # bound.py times t(1), t(q) at batch 1: no bound for a batched row (its step is a forward of B x q tokens; the
+    # batched curve t(B·q) is bench/batch_cost.py's), but its verify block q still holds
+    t1, tq = (bound.get("t1_seconds"), bound.get("tq_seconds")) if m.batch_of(name) == 1 else (None, None)
     return {
         "decoder": name, "model": m.model, "draft": None if conf.draft.name == "none" else conf.draft.name,
         "benchmark": conf.benchmark.name, "category": category, "prompts": len(group), "turns": len(outs),
