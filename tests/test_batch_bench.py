@@ -165,6 +165,14 @@ def test_a_batched_run_continues_group_by_group(models, prompt_file, tmp_path):
         sorted((r["decoder"], r["id"], r["turn"]) for r in per_prompt)
 
 
+def test_sampling_at_b_above_one_runs_without_the_lossless_check(models, prompt_file, tmp_path):
+    results, per_prompt = run(models, prompt_file, tmp_path, "decoder=pld", "decoder.temperature=0.8",
+                              "benchmark.batch_size=2", "benchmark.limit=3")
+    assert {r["decoder"] for r in results["rows"]} == {"ar", "pld", REFERENCE}
+    assert all(r["lossless_fraction"] is None for r in results["rows"])
+    assert all(r["identical_to_ar"] is None and r["batch_size"] in (1, 2) for r in per_prompt)
+
+
 def test_batch_1_only_peers_are_skipped_with_a_note(models, prompt_file, tmp_path, capsys):
     results, per_prompt = run(models, prompt_file, tmp_path, "decoder=hf_greedy", "decoders=[hf_pld,hf_assisted]",
                               "draft.name=tiny-draft", f"draft.path={models['draft']}", "benchmark.batch_size=2",
