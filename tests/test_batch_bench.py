@@ -113,6 +113,8 @@ def test_groups_of_b_with_a_partial_last_group(models, prompt_file, tmp_path, ba
     assert len(per_prompt) == 5 * 4  # five prompt turns, four runs
     for r in per_prompt:
         assert r["batch_size"] == (1 if r["decoder"] == REFERENCE else 3)
+        full = r["decoder"] != REFERENCE and r["id"] in "012" and r["turn"] == 0
+        assert r["group_rows"] == (3 if full else 1)  # the last group and the second turn: one row each
         assert r["identical_to_ar"] is True and r["first_divergence"] is None
     # the group's rows share its time equally
     first_group = [r for r in per_prompt if r["decoder"] == "jacobi" and r["turn"] == 0 and r["id"] in "012"]

@@ -323,7 +323,7 @@ def restore_turns(rows: list[dict], name: str, sample: Sample, encode) -> list[T
     turns: list[Turn] = []
     for r in sorted((r for r in rows if r["decoder"] == name), key=lambda r: r["turn"]):
         out = DecodeOutput(r["tokens"], r["target_forwards"], r["draft_forwards"], r["accepted"], r["seconds"],
-                           host_reads=r.get("host_reads", 0), batch_size=r.get("batch_size", 1))
+                           host_reads=r.get("host_reads", 0), batch_size=r.get("group_rows", 1))
         seconds = r.get("repeat_seconds") or [r["seconds"]]
         turns.append(Turn(encode(sample, [t.text.strip() for t in turns]), out, r["output"], seconds,
                           [r.get("target_seconds")] * len(seconds), [r.get("draft_seconds")] * len(seconds),
@@ -413,7 +413,9 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "score_detail": {key: v for key, v in score.items() if key != "score"} if score else None,
                 "ref_nll": m.refs[s.id].mean if s.id in m.refs else None,
                 "tokens": t.out.tokens, "sample_turns": len(turns),  # a continued run knows the sample is whole
-                "batch_size": m.batch_of(name),
+                # the job's batch size, and the rows this turn was decoded with (fewer in a last partial group, or
+                # in a later turn that only some of the group's samples have)
+                "batch_size": m.batch_of(name), "group_rows": t.out.batch_size,
             })
     return rows
 
