@@ -255,3 +255,14 @@ def test_batched_forward_cost_curve(tmp_path):
     assert (df[df.q == 1].ratio_to_bq1 == 1.0).all()
     assert (tmp_path / "cost" / "batch_cost.png").is_file() and "t(B·q)" in md.read_text()
     assert torch.get_num_threads() == 1
+
+
+def test_wandb_tags_a_batched_run(models, prompt_file):
+    from specnoise.bench.runner import TRACKED
+    from specnoise.tracking import run_tags
+
+    conf, _ = configure(models, prompt_file, "decoder=pld")
+    assert not any(t.startswith("batch_size:") for t in run_tags(conf))
+    conf.benchmark.batch_size = 8
+    assert "batch_size:8" in run_tags(conf)
+    assert {"batch_size", "speedup_vs_bs1_ar"} <= set(TRACKED)  # <decoder>/batch_size in every run's summary
