@@ -146,9 +146,10 @@ class HFGreedy(Decoder):
 
 class HFStatic(HFGreedy):
     """generate() greedy with a static cache, compiled as transformers does on CUDA: the fastest stock AR, the peer
-    of ``speedup_vs_best_ar``. One cache, sized by ``reserve`` (a benchmark reserves for its longest prompt) and reset
-    per call, so the compiled graphs are built once (in the warm-up) instead of whenever a longer prompt makes
-    generate() allocate a new cache."""
+    of ``speedup_vs_best_ar``. One cache per batch size (a static cache keeps the batch size it was first filled
+    with), sized by ``reserve`` (a benchmark reserves for its longest prompt) and reset per call, so the compiled
+    graphs are built once per group size (in the warm-up) instead of whenever a longer prompt makes generate()
+    allocate a new cache."""
 
     name = "hf_static"
     hooked = False
