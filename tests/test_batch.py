@@ -157,3 +157,14 @@ def test_batched_sampling_keeps_the_target_distribution(name):
 
 def test_samplers_list_is_every_drafter():
     assert sorted(SAMPLERS) == sorted(n for n in DRAFTERS if DECODER_SCHEMAS[n].samples)
+
+
+def test_tree_auto_in_a_batch_prices_the_batched_forward(target):
+    """tree=auto's rows pick their sub-tree from the cost of every row's tree verified together, t(3 x q)."""
+    decoder = build_decoder(schema("tr_jacobi", tree="auto"), target)
+    ps = batch_prompts()
+    for _ in range(2):
+        outs = decoder.generate_batch(ps, NEW_TOKENS)
+        assert [o.tokens for o in outs] == [ar(target, p, NEW_TOKENS) for p in ps]
+    assert set(decoder.drafter.fastest) == {3}  # probed at 3 rows only (the dict is shared with the rows)
+    assert all(row.drafter.tree is not row.drafter.full for row in decoder.rows(3))  # each row picked a sub-tree

@@ -133,6 +133,7 @@ class Decoder:
     ``engines.engine_for`` (one per model and role, shared by the job's decoders)."""
 
     drafter_class: ClassVar[type[Drafter] | None] = None
+    batch = 1  # rows decoded together (a row of ``generate_batch`` says its batch's)
     needs_draft: ClassVar[bool] = False  # the drafter's (or a peer's) need of a draft model
 
     def __init__(self, cfg, target, draft=None):
@@ -256,7 +257,7 @@ class Decoder:
             kvs.append(batch_kv(self.draft, n, scheduler, need, priority=0))
         for r, row in enumerate(rows):
             row.bind(kvs[0].row(r), kvs[1].row(r) if self.draft is not None else None)
-            row.host_reads = 0
+            row.host_reads, row.batch = 0, n
         outs = [Output(self.eos_ids, max_new_tokens) for _ in prompts]
         bodies = [lambda row=row, p=p, out=out, s=s: out.done or row.decode(p, out, s)
                   for row, p, out, s in zip(rows, prompts, outs, seeds)]
