@@ -157,7 +157,10 @@ class Decoder:
 
     @property
     def meta(self) -> dict:
-        return self.drafter.meta if self.drafter is not None else {}
+        """The drafter's choices (after a batch, its first row's: tree=auto picks per row)."""
+        if self.drafter is None:
+            return {}
+        return self.__dict__.get("batch_meta") or self.drafter.meta
 
     def to_host(self, tensor: torch.Tensor) -> list | int | float:
         """The one way a decoder reads device values: each call is a host-device sync on a GPU, so a step
@@ -206,6 +209,7 @@ class Decoder:
         """Decode ``prompt``; ``seed`` (default ``decoder.seed``) with the prompt seeds every random draw, so the same
         prompt and seed give the same output in any order, in AR and every decoder."""
         prompt = self.check_prompt(prompt, max_new_tokens)
+        self.batch_meta = None
         out = Output(self.eos_ids, max_new_tokens)
         for kv in filter(None, (self.target, self.draft)):
             kv.reset()
@@ -277,6 +281,7 @@ class Decoder:
                 draft_seconds=draft_seconds / n, batch_size=n))
             row.bind(self.target, self.draft)  # tree=auto probes its engine when a generation ends
             row.drafter.after_generation()
+        self.batch_meta = rows[0].drafter.meta
         return results
 
     def rows(self, n: int) -> list[Decoder]:
