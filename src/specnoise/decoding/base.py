@@ -11,6 +11,7 @@ falls inside an accepted draft. The Hugging Face ``generate()`` peers (hf.py) ov
 
 from __future__ import annotations
 
+import copy
 import importlib
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import ClassVar
 
 import torch
 
+from specnoise.decoding.batch import Scheduler, batch_kv
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import sync, upload
 from specnoise.decoding.verifier import Proposal, Verdict, Verifier, chain_shape
@@ -116,6 +118,13 @@ class Drafter:
     def reset_history(self) -> None:
         """Forget state kept across prompts (Ouroboros' phrase pool); no-op for the others."""
 
+    def fork(self, decoder: Decoder) -> Drafter:
+        """This drafter for one row of a batch (``decoder``: the row's), set up already: state kept across prompts
+        is the row's own from here on (each row's drafts then depend on its own prompts only), the rest is shared."""
+        clone = copy.copy(self)
+        clone.decoder = decoder
+        return clone
+
 
 class Decoder:
     """A drafter over the verifier (or, for the generate() peers, a ``decode`` of its own), named by its config.
@@ -124,6 +133,7 @@ class Decoder:
     ``engines.engine_for`` (one per model and role, shared by the job's decoders)."""
 
     drafter_class: ClassVar[type[Drafter] | None] = None
+    batch = 1  # rows decoded together (a row of ``generate_batch`` says its batch's)
     needs_draft: ClassVar[bool] = False  # the drafter's (or a peer's) need of a draft model
 
     def __init__(self, cfg, target, draft=None):
@@ -147,7 +157,10 @@ class Decoder:
 
     @property
     def meta(self) -> dict:
-        return self.drafter.meta if self.drafter is not None else {}
+        """The drafter's choices (after a batch, its first row's: tree=auto picks per row)."""
+        if self.drafter is None:
+            return {}
+        return self.__dict__.get("batch_meta") or self.drafter.meta
 
     def to_host(self, tensor: torch.Tensor) -> list | int | float:
         """The one way a decoder reads device values: each call is a host-device sync on a GPU, so a step
@@ -181,9 +194,7 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.reset_history()
 
-    def generate(self, prompt: list[int], max_new_tokens: int, seed: int | None = None) -> DecodeOutput:
-        """Decode ``prompt``; ``seed`` (default ``decoder.seed``) with the prompt seeds every random draw, so the same
-        prompt and seed give the same output in any order, in AR and every decoder."""
+    def check_prompt(self, prompt, max_new_tokens: int) -> list[int]:
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise UserError("empty prompt: a prompt needs at least one token")
@@ -192,6 +203,13 @@ class Decoder:
                 f"prompt of {len(prompt)} tokens + max_new_tokens={max_new_tokens} exceeds the model's context "
                 f"of {self.target.max_length}: shorten the prompt or lower max_new_tokens"
             )
+        return prompt
+
+    def generate(self, prompt: list[int], max_new_tokens: int, seed: int | None = None) -> DecodeOutput:
+        """Decode ``prompt``; ``seed`` (default ``decoder.seed``) with the prompt seeds every random draw, so the same
+        prompt and seed give the same output in any order, in AR and every decoder."""
+        prompt = self.check_prompt(prompt, max_new_tokens)
+        self.batch_meta = None
         out = Output(self.eos_ids, max_new_tokens)
         for kv in filter(None, (self.target, self.draft)):
             kv.reset()
@@ -221,15 +239,59 @@ class Decoder:
 
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
-                       seed: int | None = None) -> list[DecodeOutput]:
-        """Decode ``prompts`` together, one batch (ragged: rows accept different numbers of tokens per step and end
-        at different times). Each row's tokens are what ``generate`` gives its prompt alone; its forwards are those it
-        took part in; ``seconds`` (and target/draft seconds) are its equal share of the group's."""
-        outs = [self.generate(p, max_new_tokens, seed) for p in prompts]  # placeholder until the batched verifier
-        total = sum(o.seconds for o in outs)
-        for o in outs:
-            o.seconds, o.batch_size = total / len(outs), len(outs)
-        return outs
+                       seed: int | list[int] | None = None) -> list[DecodeOutput]:
+        """Decode ``prompts`` together, one batch (batch.py): rows accept different numbers of tokens per step and end
+        at different times, every model forward is batched. Each row's tokens are what ``generate`` gives its prompt
+        alone (the same draws under sampling); its forwards are those it took part in; ``seconds`` (and target/draft
+        seconds) are its equal share of the group's. Each row slot keeps its own drafter (``Drafter.fork``) across
+        calls, so state kept across prompts (Ouroboros' pool) is per row slot. ``seed``: one for every row, or a list
+        with each row's."""
+        prompts = [self.check_prompt(p, max_new_tokens) for p in prompts]
+        n, seed = len(prompts), self.cfg.seed if seed is None else seed
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * n
+        if len(seeds) != n:
+            raise UserError(f"{len(seeds)} seeds for {n} prompts: give one seed, or one per prompt")
+        if n == 1:
+            return [self.generate(prompts[0], max_new_tokens, seeds[0])]
+        rows = self.rows(n)
+        scheduler = Scheduler()
+        need = max(map(len, prompts)) + max_new_tokens
+        kvs = [batch_kv(self.target, n, scheduler, need, priority=1)]
+        if self.draft is not None:
+            kvs.append(batch_kv(self.draft, n, scheduler, need, priority=0))
+        for r, row in enumerate(rows):
+            row.bind(kvs[0].row(r), kvs[1].row(r) if self.draft is not None else None)
+            row.host_reads, row.batch = 0, n
+        outs = [Output(self.eos_ids, max_new_tokens) for _ in prompts]
+        bodies = [lambda row=row, p=p, out=out, s=s: out.done or row.decode(p, out, s)
+                  for row, p, out, s in zip(rows, prompts, outs, seeds)]
+        sync(self.target.device)
+        start = time.perf_counter()
+        scheduler.run(bodies, kvs)
+        sync(self.target.device)
+        seconds = time.perf_counter() - start
+        target_seconds = kvs[0].clock.seconds
+        draft_seconds = kvs[1].clock.seconds if self.draft is not None else 0.0
+        results = []
+        for row, out in zip(rows, outs):
+            results.append(DecodeOutput(
+                tokens=out.tokens, target_forwards=row.target.forwards,
+                draft_forwards=row.draft.forwards if row.draft is not None else 0, accepted=out.accepted,
+                seconds=seconds / n, host_reads=row.host_reads, target_seconds=target_seconds / n,
+                draft_seconds=draft_seconds / n, batch_size=n))
+            row.bind(self.target, self.draft)  # tree=auto probes its engine when a generation ends
+            row.drafter.after_generation()
+        self.batch_meta = rows[0].drafter.meta
+        return results
+
+    def rows(self, n: int) -> list[Decoder]:
+        """The first ``n`` row slots: copies of this decoder, each with its own drafter, verifier and read counter."""
+        slots = self.__dict__.setdefault("row_slots", [])
+        while len(slots) < n:
+            row = copy.copy(self)
+            row.drafter = self.drafter.fork(row)
+            slots.append(row)
+        return slots[:n]
 
 
 # decoder option -> module defining its drafter (or, for the generate() peers, its decoder); imported on first use

@@ -8,15 +8,49 @@ from statistics import median
 
 import torch
 
+from specnoise.decoding.batch import BatchKV, Scheduler
 from specnoise.decoding.kv import Engine, causal_block, sync
 from specnoise.errors import UserError
 
 
 def measure_forward_costs(kv: Engine, qs: list[int], cache_len: int | None = None, repeats: int = 5,
-                          warmup: int = 2, seed: int = 0, reduce=median) -> dict[int, float]:
+                          warmup: int = 2, seed: int = 0, reduce=median, rows: int = 1) -> dict[int, float]:
     """Seconds of one ``kv.forward`` of q new tokens for each q: the median over ``repeats`` (``reduce=min``: the
     uncontended cost, steadier on a machine shared with other jobs). See :func:`measure_forward_times`."""
-    return {q: reduce(t) for q, t in measure_forward_times(kv, qs, cache_len, repeats, warmup, seed).items()}
+    if rows > 1:
+        times = batched_forward_times(kv, qs, rows, cache_len or kv.length, repeats, warmup, seed)
+    else:
+        times = measure_forward_times(kv, qs, cache_len, repeats, warmup, seed)
+    return {q: reduce(t) for q, t in times.items()}
+
+
+def batched_forward_times(kv: Engine, qs: list[int], rows: int, cache_len: int, repeats: int = 5, warmup: int = 2,
+                          seed: int = 0) -> dict[int, list[float]]:
+    """Like :func:`measure_forward_times` for ``rows`` rows verified together (a batch's forward of rows x q tokens
+    after ``cache_len`` cached ones each), on a batched cache of ``kv``'s model; ``kv`` itself is untouched."""
+    qs = sorted(set(qs))
+    if cache_len + qs[-1] > kv.max_length:
+        raise UserError(f"a cache of {cache_len} tokens plus q={qs[-1]} new ones exceeds the model's context of "
+                        f"{kv.max_length}: lower the cache length or the largest q")
+    gen = torch.Generator().manual_seed(seed)
+    vocab = min(kv.vocab_size, kv.model.config.vocab_size)
+    batch = BatchKV(kv, rows, Scheduler(), need=cache_len + qs[-1], priority=0)
+    if cache_len:
+        batch.forward({r: (torch.randint(0, vocab, (cache_len,), generator=gen), None, None, 1) for r in range(rows)})
+    tokens = torch.randint(0, vocab, (qs[-1],), generator=gen)
+    masks = {q: causal_block(q) for q in qs}
+    times: dict[int, list[float]] = {q: [] for q in qs}
+    for r in range(warmup + repeats):
+        for q in qs:
+            sync(kv.device)
+            t0 = time.perf_counter()
+            batch.forward({row: (tokens[:q], None, masks[q], None) for row in range(rows)})
+            sync(kv.device)
+            if r >= warmup:
+                times[q].append(time.perf_counter() - t0)
+            for row in range(rows):
+                batch.remap(row, cache_len, [])
+    return times
 
 
 def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = None, repeats: int = 5,

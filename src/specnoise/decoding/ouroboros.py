@@ -15,6 +15,7 @@ the target's verification: every draft-side choice changes speed, never tokens.
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 
 import torch
@@ -84,6 +85,13 @@ class Ouroboros(Drafter):
 
     def reset_history(self):
         self.pool.clear()
+
+    def fork(self, decoder):
+        """A row's own phrase pool (from a copy of this one): rows share no pool, so a row's drafts, and its forward
+        counts, depend on its own prompts only, not on which prompts share its batch or the order rows run in."""
+        clone = super().fork(decoder)
+        clone.pool = copy.deepcopy(self.pool)
+        return clone
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)

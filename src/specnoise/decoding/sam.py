@@ -126,3 +126,10 @@ class SAM(Drafter):
     def reset_history(self):
         if self.fallback is not None:
             self.fallback.reset_history()
+
+    def fork(self, decoder):
+        clone = super().fork(decoder)
+        clone.steps = dict(self.steps)
+        if self.fallback is not None:
+            clone.fallback = self.fallback.fork(decoder)
+        return clone

@@ -76,6 +76,11 @@ class TokenRecycling(Drafter):
     def reset_history(self):
         self.M.zero_()
 
+    def fork(self, decoder):
+        clone = super().fork(decoder)
+        clone.M, clone.hooks = self.M.clone(), {}  # a row's own matrix, and hooks whose input buffers are its own
+        return clone
+
     def hook(self, n: int) -> Recycle:
         if n not in self.hooks:
             self.hooks[n] = Recycle(self.M, n)

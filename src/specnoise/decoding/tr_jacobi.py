@@ -107,8 +107,10 @@ class TRJacobi(Drafter):
                      "retrieval_len": self.R}
         self.full, self.index = self.tree, None  # tree=auto: the template, and where each node of self.tree sits in it
         self.stats = NodeStats(self.tree) if auto else None
-        self.fastest: dict[int, float] = {}  # tree=auto: fastest verify forward seen per size q, over the probes
-        self.probes = 0
+        # tree=auto, per batch size (rows verified together): the fastest verify forward seen per size q over the
+        # probes, and the probes so far (shared by a batch's row drafters: filled in place, never replaced)
+        self.fastest: dict[int, dict[int, float]] = {}
+        self.probes: dict[int, int] = {}
         self.generations = 0
         self.tables: dict[int, Tables] = {}  # by the deepest node kept: cut trees for the last steps before the budget
 
@@ -168,17 +170,21 @@ class TRJacobi(Drafter):
     def pick_tree(self) -> None:
         """Verify the sub-tree with the most expected accepted tokens per second from now on: per-node acceptance
         from every step so far, and the cost of a verify forward t(q) on this engine, probed on a grid of sizes
-        over the cache the last generation left (untimed) and interpolated in between. The first five picks probe
+        over the cache the last generation left (untimed) and interpolated in between; in a batch, the forward of
+        every row's tree together, t(rows x q), which grows faster with q. The first five picks per batch size probe
         a few rounds each and keep each size's fastest time, so on a busy machine the curve converges on the
         uncontended cost instead of following the load."""
         full = len(self.full.nodes) + 1
         grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
-        if self.probes < 5:  # then the curve has settled; an 8B model's probe costs seconds
+        rows = self.decoder.batch  # in a batch the verify forward carries every row's tree: t(rows x q)
+        fastest = self.fastest.setdefault(rows, {})
+        if self.probes.get(rows, 0) < 5:  # then the curve has settled; an 8B model's probe costs seconds
             self.target.crop(self.target.max_length - full)  # room for the largest probe
-            probed = measure_forward_costs(self.target, grid, repeats=3 if self.fastest else 10, warmup=1, reduce=min)
-            self.fastest = {q: min(t, self.fastest.get(q, t)) for q, t in probed.items()}
-            self.probes += 1
-        cost = interpolate(self.fastest)
+            probed = measure_forward_costs(self.target, grid, cache_len=None if rows == 1 else len(self.seq),
+                                           repeats=3 if fastest else 10, warmup=1, reduce=min, rows=rows)
+            fastest.update({q: min(t, fastest.get(q, t)) for q, t in probed.items()})
+            self.probes[rows] = self.probes.get(rows, 0) + 1
+        cost = interpolate(fastest)
         p = self.stats.p()
         k = best_size(p, cost)
         self.tree, self.R, self.index = sub_tree(self.full, p, k, self.cfg.topk, device=self.target.device)

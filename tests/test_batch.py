@@ -1,0 +1,170 @@
+"""Batches (decoding/batch.py): every decoder decodes B prompts together and each row's tokens are what AR gives that
+prompt alone at batch 1; the batched cache holds each row's own KV, ragged, on both engines.
+
+Rows here have prompts of different lengths and one of them hits EOS after a few tokens while the others run to the
+budget, on two model families and both engines. Under sampling a row emits the very tokens ``generate`` gives its
+prompt and seed alone, and the distribution test of test_sampling_decoders holds at B = 4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from conftest import VOCAB, make_model
+from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, schema, tiny_pair, tv
+from specnoise.config import DECODER_SCHEMAS
+from specnoise.decoding.base import DECODER_MODULES, build_decoder
+from specnoise.decoding.batch import BatchKV, Scheduler
+from specnoise.decoding.kv import DynamicEngine
+from specnoise.decoding.static_kv import StaticEngine
+from specnoise.errors import UserError
+from test_sampling_decoders import OPTIONS, SAMPLERS, exact_marginals
+
+DRAFTERS = [n for n in DECODER_MODULES if not n.startswith("hf_")]
+NEW_TOKENS = 40
+LENGTHS = (1, 9, 24)
+
+
+def batch_prompts(seed: int = 2) -> list[list[int]]:
+    gen = random.Random(seed)
+    return [[gen.randrange(3, VOCAB) for _ in range(n)] for n in LENGTHS]
+
+
+@pytest.fixture(scope="module")
+def early_eos(target):
+    """The target with an EOS set that ends the second row after 4 tokens (its 4th AR token), prompts of 1, 9 and 24
+    tokens."""
+    ps = batch_prompts()
+    eos = ar(target, ps[1], NEW_TOKENS)[3]
+    return dataclasses.replace(target, eos_ids=frozenset({eos})), ps
+
+
+def on_engine(decoder, static: bool):
+    if static:
+        decoder.bind(StaticEngine(decoder.target_model.model),
+                     StaticEngine(decoder.draft_model.model) if decoder.needs_draft else None)
+    return decoder
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_each_row_equals_ar_alone(name, static, early_eos, draft):
+    target, ps = early_eos
+    decoder = on_engine(build_decoder(schema(name), target, draft), static)
+    outs = decoder.generate_batch(ps, NEW_TOKENS)
+    for out, prompt in zip(outs, ps):
+        assert out.tokens == ar(target, prompt, NEW_TOKENS), f"{name}: a row differs from AR alone"
+        assert sum(out.accepted) == len(out.tokens) and out.batch_size == 3
+        assert out.target_forwards >= len(out.accepted) >= 1
+    assert len(outs[1].tokens) <= 4 < len(outs[2].tokens)  # one row ended early, another ran on
+    assert outs[1].target_forwards < outs[2].target_forwards  # and took part in fewer forwards
+
+
+def test_rows_keep_their_drafter_state_and_seeds_must_match(target):
+    decoder = build_decoder(schema("ouroboros"), target, make_model("llama", 1, 1, hidden_size=32,
+                                                                      intermediate_size=64))
+    ps = batch_prompts()
+    decoder.generate_batch(ps, 10)
+    rows = decoder.rows(3)
+    assert len({id(r.drafter.pool) for r in rows} | {id(decoder.drafter.pool)}) == 4  # a pool per row slot
+    assert decoder.rows(3) == rows  # kept across calls
+    with pytest.raises(UserError, match="one per prompt"):
+        decoder.generate_batch(ps, 10, seed=[1, 2])
+
+
+def test_an_error_in_one_row_ends_the_batch(target):
+    decoder = build_decoder(schema("pld"), target)
+    row = decoder.rows(3)[1]
+
+    def broken(room):
+        raise RuntimeError("drafter failed")
+    row.drafter.propose = broken
+    with pytest.raises(RuntimeError, match="drafter failed"):
+        decoder.generate_batch(batch_prompts(), 10)
+
+
+# ------------------------------------------------------------------------------------------ the batched cache
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_batched_cache_matches_one_engine_per_row(static, target):
+    """Random forwards (chains and trees), crops and compactions on 3 rows: every row's logits equal those of its own
+    batch-1 engine driven the same way, finished rows leave, and the cache never holds more than the longest row
+    plus one block."""
+    model = target.model
+    kv = BatchKV(StaticEngine(model) if static else DynamicEngine(model), 3, Scheduler(), need=200, priority=0)
+    alone = [DynamicEngine(model) for _ in range(3)]
+    gen = random.Random(0)
+    live = [0, 1, 2]
+    for step in range(14):
+        if step == 9:  # row 1 finishes
+            kv.finish(1)
+            live.remove(1)
+        requests, expect = {}, {}
+        for r in live:
+            if gen.random() < 0.25 and step:  # this row sits this forward out
+                continue
+            q = 12 if step == 0 and r == 2 else gen.randint(1, 5)
+            tokens = [gen.randrange(3, VOCAB) for _ in range(q)]
+            tree = torch.ones(q, q, dtype=torch.bool).tril()
+            if q > 2 and gen.random() < 0.5:  # a fork: the last node hangs off the first
+                tree[q - 1, 1:q - 1] = False
+            positions = [alone[r].length + int(tree[i].sum()) - 1 for i in range(q)]
+            requests[r] = (tokens, positions, tree, None)
+            expect[r] = alone[r].forward(tokens, positions, tree)
+        got = kv.forward(requests)
+        for r in requests:
+            torch.testing.assert_close(got[r], expect[r], atol=1e-4, rtol=1e-4)
+            n = alone[r].length
+            keep = sorted(gen.sample(range(n - len(requests[r][0]), n), gen.randint(0, len(requests[r][0]))))
+            start = n - len(requests[r][0])
+            kv.remap(r, start, keep)
+            alone[r].compact(start, keep)
+            assert kv.lens[r] == alone[r].length
+        kv._tidy()  # what the next forward does first
+        assert kv.phys == max(kv.lens[r] for r in live)
+        if not static:
+            assert kv.cache.layers[0].keys.shape[:3:2] == (len(live), kv.phys)
+
+
+# ------------------------------------------------------------------------------------------ sampling
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_sampled_rows_equal_their_tokens_alone(name, target, draft):
+    cfg = dict(temperature=0.9, top_p=0.9, seed=5)
+    decoder = build_decoder(schema(name, **cfg), target, draft)
+    ps = batch_prompts(3)
+    alone = [decoder.generate(p, 30, seed=s).tokens for p, s in zip(ps, (5, 6, 7))]
+    assert [o.tokens for o in decoder.generate_batch(ps, 30, seed=[5, 6, 7])] == alone
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in ("tr_jacobi", "speculative") else pytest.mark.slow)
+                                  for n in SAMPLERS])
+def test_batched_sampling_keeps_the_target_distribution(name):
+    """test_sampling_decoders' distribution test with the generations run 4 at a time, one seed per row."""
+    target, drafter = tiny_pair()
+    target = dataclasses.replace(target, eos_ids=frozenset())
+    cfg = schema(name, vocab=V, **OPTIONS)
+    exact = exact_marginals(target, cfg)
+    decoder = build_decoder(cfg, target, drafter)
+    outs = [o.tokens for i in range(0, SAMPLES, 4)
+            for o in decoder.generate_batch([PROMPT] * 4, 3, seed=list(range(i, i + 4)))]
+    assert all(len(o) == 3 for o in outs)
+    for j in range(3):
+        assert tv([o[j] for o in outs], exact[j]) < TV_MAX, f"{name}: token {j + 1} off the target distribution"
+
+
+def test_samplers_list_is_every_drafter():
+    assert sorted(SAMPLERS) == sorted(n for n in DRAFTERS if DECODER_SCHEMAS[n].samples)
+
+
+def test_tree_auto_in_a_batch_prices_the_batched_forward(target):
+    """tree=auto's rows pick their sub-tree from the cost of every row's tree verified together, t(3 x q)."""
+    decoder = build_decoder(schema("tr_jacobi", tree="auto"), target)
+    ps = batch_prompts()
+    for _ in range(2):
+        outs = decoder.generate_batch(ps, NEW_TOKENS)
+        assert [o.tokens for o in outs] == [ar(target, p, NEW_TOKENS) for p in ps]
+    assert set(decoder.drafter.fastest) == {3}  # probed at 3 rows only (the dict is shared with the rows)
+    assert all(row.drafter.tree is not row.drafter.full for row in decoder.rows(3))  # each row picked a sub-tree
