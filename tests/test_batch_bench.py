@@ -266,3 +266,13 @@ def test_wandb_tags_a_batched_run(models, prompt_file):
     conf.benchmark.batch_size = 8
     assert "batch_size:8" in run_tags(conf)
     assert {"batch_size", "speedup_vs_bs1_ar"} <= set(TRACKED)  # <decoder>/batch_size in every run's summary
+
+
+def test_the_warm_up_leaves_no_history_in_a_batchs_row_slots(target, draft):
+    """Ouroboros keeps a phrase pool per row slot: the batched warm-up's must not help the measured prompts."""
+    from specnoise.bench.measure import warm_up
+
+    decoder = build_decoder(DECODER_SCHEMAS["ouroboros"](), target, draft)
+    warm_up({"ouroboros": decoder}, random_prompts(3, seed=5, min_len=8), 24, 1, sizes=(3,))
+    assert len(decoder.row_slots) == 3
+    assert not decoder.drafter.pool and not any(row.drafter.pool for row in decoder.row_slots)
