@@ -26,12 +26,14 @@ echo "   exit $?"
 echo "== the checks at B = 4"
 {
   echo "# The issue's checks at benchmark.batch_size=4 (fp32, CPU, one thread)"
+  n=0
   for args in "model=small-code-msn decoder=tr_jacobi decoders=[jacobi,pld,lookahead]" \
               "pair=small-code decoder=speculative decoders=[ouroboros]"; do
+    n=$((n + 1))
     echo; echo "## python -m specnoise $args benchmark=humaneval benchmark.limit=8 benchmark.batch_size=4"; echo
     # shellcheck disable=SC2086
     $PY -m specnoise $args benchmark=humaneval benchmark.limit=8 benchmark.batch_size=4 benchmark.threads=1 \
-        logger=none "hydra.run.dir=$O/check-${args%% *}" 2>/dev/null | sed -n '/^| decoder/,/^$/p'
+        logger=none "hydra.run.dir=$O/check-$n" 2>/dev/null | sed -n '/^| decoder/,/^$/p'
   done
 } > "$O/checks.md"
 echo "   exit $?"
