@@ -14,7 +14,8 @@ and block. Before the next forward, each row's surviving new slots (what ``crop`
 host) are moved down next to its prefix in one indexed copy per layer, and the cache is cut to the longest row: holes
 never accumulate, so the cache spans the longest live row plus one block. Finished rows are dropped from the cache
 (dynamic engine), or, on the static engine whose batch size is part of the bucket, fed as pads until the live rows
-fit the next smaller batch bucket, when they move into a cache of that size.
+fit the next smaller batch bucket, when they move into a cache of that size. Batched forwards run eagerly (a
+compiling static engine compiles its batch-1 forwards only).
 """
 
 from __future__ import annotations
@@ -50,11 +51,12 @@ class BatchKV:
         self.at: dict[int, int] = {r: r for r in range(rows)}  # row -> batch index in the cache
         self.done: set[int] = set()
         self.phys = 0  # physical slots used in every row
+        # batched forwards run eagerly, also on a compiling static engine: a batch's cache lives for one group, and a
+        # compiled forward over it would be traced again for every group (a per-engine batched cache is the fix)
         self.step = self._call
         if self.static:
             self.capacity = capacity_for(need + engine.buckets[-1], engine.max_length, engine.buckets[-1])
             self.width = bucket(rows)
-            self.step = torch.compile(self._call, dynamic=False) if engine.compiled else self._call
         self.cache = self._new_cache()
 
     def _new_cache(self):
