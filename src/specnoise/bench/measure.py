@@ -80,9 +80,7 @@ def warm_up(decoders: dict[str, Decoder], prompts: list[list[int]], budget: int,
                 if size > 1:
                     decoder.generate_batch(prompts[:size], budget)
     for decoder in unique:
-        decoder.reset_history()
-        for row in getattr(decoder, "row_slots", []):  # a batch's row slots keep their own history (Drafter.fork)
-            row.reset_history()
+        decoder.reset_history()  # a batch's row slots' too
 
 
 def run_group(group: list[Sample], index: int, decoders: dict[str, Decoder], budget: int, limit: int, repeats: int,

@@ -191,8 +191,11 @@ class Decoder:
             kv.reserve(n)
 
     def reset_history(self) -> None:
+        """Forget state kept across prompts, the batch row slots' too."""
         if self.drafter is not None:
             self.drafter.reset_history()
+        for row in self.__dict__.get("row_slots", []):
+            row.drafter.reset_history()
 
     def check_prompt(self, prompt, max_new_tokens: int) -> list[int]:
         prompt = [int(t) for t in prompt]
@@ -289,6 +292,7 @@ class Decoder:
         slots = self.__dict__.setdefault("row_slots", [])
         while len(slots) < n:
             row = copy.copy(self)
+            del row.row_slots  # a row has no rows of its own
             row.drafter = self.drafter.fork(row)
             slots.append(row)
         return slots[:n]
