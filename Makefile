@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 export WANDB_SILENT ?= true
 
-.PHONY: setup demo test test-slow check-experiments bench lint clean
+.PHONY: setup demo test test-slow check-experiments check-experiments-quick bench lint clean
 
 setup: $(STAMP)
 
@@ -27,9 +27,14 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -m slow
 
-# re-run every committed miniature (experiments/**/command.txt) and compare token and forward counts per row
+# re-run every committed miniature (experiments/**/command.txt) and compare token and forward counts per row;
+# JOBS=2 runs two at once (pytest-xdist; 0 = one after the other); -quick leaves out the ones that train first (`# check-minutes:` >= 20)
+JOBS ?= 0
 check-experiments: setup
-	$(BIN)/python -m pytest -m slow tests/test_check_experiments.py
+	$(BIN)/python -m pytest -m slow -n $(JOBS) tests/test_check_experiments.py
+
+check-experiments-quick: setup
+	$(BIN)/python -m pytest -m "slow and not long" -n $(JOBS) tests/test_check_experiments.py
 
 bench: setup
 	$(BIN)/python -m specnoise +experiment=bench-decoders

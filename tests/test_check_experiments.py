@@ -5,11 +5,19 @@ A committed result folder (``experiments/<study>/tiny/``, ``experiments/sweep-ex
 temporary directory, and every row's ``new_tokens`` and ``target_forwards`` - exact counts, unlike timings - must
 equal the committed ``report.csv``'s. Rows are matched on job, decoder, model, draft, benchmark and category.
 Slow (minutes per miniature on a CPU): ``make check-experiments``, or ``-k msn-table1`` for one.
+
+A ``command.txt`` may say how long its re-run takes on the 2-core CPU, in a comment line ``# check-minutes: N``.
+A miniature of 20 minutes or more (one that trains models first) is also marked ``long``, so
+``make check-experiments-quick`` (``-m "slow and not long"``) leaves it out; its time limit is three times N.
+``make check-experiments JOBS=2`` runs two miniatures at once (pytest-xdist), each on its own thread.
+Comment lines ``# env: NAME=VALUE`` set environment variables for the re-run (``OMP_NUM_THREADS=1`` for a
+miniature that trains: fp32 training on the CPU reproduces token for token only with the thread count it ran with).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -24,6 +32,24 @@ REPO = Path(__file__).resolve().parents[1]
 COMMANDS = sorted(REPO.glob("experiments/**/command.txt"))
 KEYS = ["job", "decoder", "model", "draft", "benchmark", "category"]
 COUNTS = ["new_tokens", "target_forwards"]
+LONG_MINUTES = 20  # a re-run at least this long is marked `long` (left out of `make check-experiments-quick`)
+
+
+def check_minutes(path: Path) -> float | None:
+    """The re-run time the folder's ``command.txt`` states (``# check-minutes: N``), or None."""
+    found = re.search(r"^#\s*check-minutes:\s*([0-9.]+)", path.read_text(), flags=re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def command_env(path: Path) -> dict[str, str]:
+    """The ``# env: NAME=VALUE`` lines of a ``command.txt``."""
+    return dict(m.groups() for m in re.finditer(r"^#\s*env:\s*(\w+)=(\S*)", path.read_text(), flags=re.MULTILINE))
+
+
+def param(path: Path):
+    minutes = check_minutes(path)
+    marks = [pytest.mark.long] if minutes is not None and minutes >= LONG_MINUTES else []
+    return pytest.param(path, marks=marks, id=str(path.parent.relative_to(REPO / "experiments")))
 
 
 def command_args(path: Path) -> list[str]:
@@ -50,6 +76,19 @@ def differences(committed: pd.DataFrame, rerun: pd.DataFrame) -> list[str]:
     return out
 
 
+def test_check_minutes_marks_long_reruns(tmp_path):
+    quick, long, none = (tmp_path / n for n in ("quick.txt", "long.txt", "none.txt"))
+    quick.write_text("# python -m specnoise ...\n# check-minutes: 3\n# env: OMP_NUM_THREADS=1\n"
+                     "+experiment=x logger=none\n")
+    long.write_text("# check-minutes: 95\n+experiment=y\n")
+    none.write_text("+experiment=z\n")
+    assert [check_minutes(p) for p in (quick, long, none)] == [3.0, 95.0, None]
+    assert command_args(quick) == ["+experiment=x", "logger=none"]
+    assert command_env(quick) == {"OMP_NUM_THREADS": "1"} and command_env(long) == {}
+    long_ones = [p for p in COMMANDS if any(m.name == "long" for m in param(p).marks)]
+    assert all(check_minutes(p) >= LONG_MINUTES for p in long_ones)
+
+
 def test_differences_name_each_changed_row():
     """The comparison itself, on two small tables (no model): what the slow check relies on."""
     committed = pd.DataFrame({"job": [0, 0, 1], "decoder": ["ar", "jacobi", "ar"], "model": "m", "draft": [None] * 3,
@@ -62,13 +101,14 @@ def test_differences_name_each_changed_row():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", COMMANDS, ids=[str(p.parent.relative_to(REPO / "experiments")) for p in COMMANDS])
+@pytest.mark.parametrize("command", [param(p) for p in COMMANDS])
 def test_committed_miniature_reproduces(command: Path, tmp_path: Path):
     env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
+               **command_env(command))
     args = command_args(command) + [f"hydra.sweep.dir={tmp_path / 'sweep'}", f"hydra.run.dir={tmp_path / 'run'}"]
     proc = subprocess.run([sys.executable, "-m", "specnoise", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=3600)
+                          text=True, timeout=max(3600, 3 * 60 * (check_minutes(command) or 0)))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rerun, jobs = collect([tmp_path / "sweep" if (tmp_path / "sweep").is_dir() else tmp_path / "run"])
     found = [f"job {j.path} failed: {j.error}" for j in jobs if j.error]

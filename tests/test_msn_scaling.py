@@ -72,6 +72,21 @@ def test_no_setting_within_quality_is_said_plainly(tmp_path):
     assert "none within 2%" in md and "Too few sizes" in md
 
 
+def test_no_trend_from_a_larger_base_that_is_the_weaker_model(tmp_path):
+    """The committed H100 run's shape: the larger size's SFT model is worse than the smaller one's (an under-trained
+    base), so the lifts are listed but no "grows / shrinks with scale" is said."""
+    root = tmp_path / "sweep"
+    write_job(root / "0", "s", "sft", (1.00, 2.0, 2.42, 0.836))
+    write_job(root / "1", "s", "ahead-l4-s1", (1.066, 2.0, 2.37, 0.851))
+    write_job(root / "2", "m", "sft", (1.00, 2.0, 2.86, 1.00))
+    write_job(root / "3", "m", "ahead-l4-s1", (1.053, 2.0, 2.76, 1.01))
+    assert main([str(root)]) == 0
+    md = (root / "study" / "study.md").read_text()
+    assert "s 1.066 (4.0M) -> m 1.053 (25.7M); no trend with scale can be read" in md
+    assert "m's SFT model is worse than s's (ref_nll 2.860 vs 2.420, heldout_loss 1.000 vs 0.836)" in md
+    assert "shrinks with scale" not in md and "grows with scale" not in md
+
+
 def test_runs_that_are_not_the_study_are_a_clear_error(tmp_path, capsys):
     folder = tmp_path / "other" / "0"
     folder.mkdir(parents=True)

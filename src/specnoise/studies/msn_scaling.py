@@ -13,7 +13,8 @@ size, for every noise setting:
     python -m specnoise.studies.msn_scaling outputs/multirun/DATE/TIME [DIR ...] [--out experiments/msn-scaling]
 
 writes study.csv (every number), study.md (the table, the best setting per size, whether the lift grows with
-scale) and lift_vs_params.png (lift against parameter count, log x, one line per noise setting).
+scale - said only when no larger size's SFT model is worse than a smaller one's, else why it cannot be said) and
+lift_vs_params.png (lift against parameter count, log x, one line per noise setting).
 """
 
 from __future__ import annotations
@@ -76,16 +77,40 @@ def best_per_size(table: pd.DataFrame, size: str = SIZE, noise: str = NOISE, bas
     return pd.DataFrame(out)
 
 
-def trend(best: pd.DataFrame, size: str = SIZE, lift: str = "lift_jacobi") -> str:
-    """Plain words: does the best within-2% lift grow with the parameter count?"""
+def weaker_larger_bases(table: pd.DataFrame, sizes: list[str], size: str = SIZE, noise: str = NOISE,
+                        baseline: str = BASELINE) -> list[str]:
+    """Consecutive pairs of ``sizes`` (ascending parameter count) whose larger SFT model is worse than the smaller
+    one's on ref_nll or held-out loss, in words. A larger model of one family trained comparably is at least as
+    good; if it is worse, its base was under-trained and size is confounded with training, so no trend can be read."""
+    sft = table[table[noise] == baseline].set_index(size)
+    out = []
+    for small, large in zip(sizes, sizes[1:]):
+        worse = [f"{col} {sft.at[large, col]:.3f} vs {sft.at[small, col]:.3f}"
+                 for col in ("ref_nll", "heldout_loss")
+                 if col in sft and pd.notna(sft.at[large, col]) and pd.notna(sft.at[small, col])
+                 and sft.at[large, col] > sft.at[small, col]]
+        if worse:
+            out.append(f"{large}'s SFT model is worse than {small}'s ({', '.join(worse)})")
+    return out
+
+
+def trend(best: pd.DataFrame, table: pd.DataFrame | None = None, size: str = SIZE, lift: str = "lift_jacobi") -> str:
+    """Plain words: does the best within-2% lift grow with the parameter count? Only said when the sizes' SFT
+    baselines (from ``table``) are of comparable training, i.e. a larger one is never worse than a smaller one."""
     known = best.dropna(subset=[lift])
     steps = " -> ".join(f"{r[size]} {r[lift]:.3f} ({r['parameters'] / 1e6:.1f}M)" for _, r in known.iterrows())
     if len(known) < 2:
         return f"Too few sizes with a setting within 2% of SFT's quality to tell a trend ({steps or 'none'})."
+    head = f"Jacobi MAT lift of the best setting within 2% of SFT's quality: {steps}"
+    weaker = weaker_larger_bases(table, list(known[size]), size) if table is not None else []
+    if weaker:
+        return (f"{head}; no trend with scale can be read from this: {'; '.join(weaker)}, so the larger base is "
+                "the weaker model and size is confounded with training. A trend needs bases of comparable training "
+                "(the larger one at least as good as the smaller one).")
     diffs = known[lift].diff().dropna()
     verdict = ("grows with scale" if (diffs > 0).all() else "shrinks with scale" if (diffs < 0).all()
                else "does not change monotonically with scale")
-    return f"Jacobi MAT lift of the best setting within 2% of SFT's quality: {steps}; it {verdict}."
+    return f"{head}; it {verdict}."
 
 
 def plot_lift(table: pd.DataFrame, path: Path, size: str = SIZE, noise: str = NOISE,
@@ -139,9 +164,9 @@ def write_study(roots: list[Path], out_dir: Path) -> Path:
         "means both ref_nll and held-out loss at most 1.02x SFT's.", "",
         "## Every size and noise setting", "", markdown_table(table[shown]), "",
         "## Best setting per size (quality within 2%)", "", markdown_table(best), "",
-        trend(best), "", "![lift_vs_params](lift_vs_params.png)", ""])
+        trend(best, table), "", "![lift_vs_params](lift_vs_params.png)", ""])
     write_atomic(out_dir / "study.md", md)
-    print(_fmt(best).to_string(index=False) + "\n\n" + trend(best) + f"\n\nstudy: {out_dir}/study.md")
+    print(_fmt(best).to_string(index=False) + "\n\n" + trend(best, table) + f"\n\nstudy: {out_dir}/study.md")
     return out_dir / "study.md"
 
 
