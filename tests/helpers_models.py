@@ -3,6 +3,7 @@ load it through the same ``from_pretrained`` path as any hub model (and through 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -49,4 +50,16 @@ def save_tiny_model(path: Path, family: str = "llama", seed: int = 0, layers: in
     path = Path(path)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+    return path
+
+
+def save_tiny_pair(root: Path) -> dict[str, Path]:
+    """A saved tiny target and a smaller draft sharing one tokenizer (the runner tests' models)."""
+    tok = tiny_tokenizer()
+    return {"target": save_tiny_model(root / "target", tokenizer=tok),
+            "draft": save_tiny_model(root / "draft", layers=1, hidden=32, seed=1, tokenizer=tok)}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from conftest import prompts as random_prompts
-from helpers_models import save_tiny_model, tiny_tokenizer
+from helpers_models import save_tiny_model, save_tiny_pair, write_jsonl
 from specnoise.bench.measure import REFERENCE
 from specnoise.bench.runner import batch_skips, run_benchmark
 from specnoise.config import DECODER_SCHEMAS, BenchmarkConfig, ConfigError, config_dir
@@ -42,17 +42,12 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("models")
-    tok = tiny_tokenizer()
-    return {"target": save_tiny_model(root / "target", tokenizer=tok),
-            "draft": save_tiny_model(root / "draft", layers=1, hidden=32, seed=1, tokenizer=tok)}
+    return save_tiny_pair(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture(scope="module")
 def prompt_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
-    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
-    return path
+    return write_jsonl(tmp_path_factory.mktemp("data") / "prompts.jsonl", PROMPTS)
 
 
 def configure(models, prompt_file, *overrides):

@@ -13,7 +13,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from helpers_models import save_tiny_model, tiny_tokenizer
+from helpers_models import save_tiny_model, save_tiny_pair, tiny_tokenizer, write_jsonl
 from specnoise.bench.datasets import dialogue_text, load_benchmark
 from specnoise.bench.runner import decoder_configs, first_divergence, run_benchmark
 from specnoise.config import DECODER_SCHEMAS, JacobiConfig, UserError, config_dir
@@ -49,17 +49,12 @@ def available(name: str) -> bool:
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("models")
-    tok = tiny_tokenizer()
-    return {"target": save_tiny_model(root / "target", tokenizer=tok),
-            "draft": save_tiny_model(root / "draft", layers=1, hidden=32, seed=1, tokenizer=tok)}
+    return save_tiny_pair(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture(scope="session")
 def prompt_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
-    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
-    return path
+    return write_jsonl(tmp_path_factory.mktemp("data") / "prompts.jsonl", PROMPTS)
 
 
 def configure(models, *overrides):
