@@ -80,7 +80,7 @@ def batch_skips(conf: Config) -> dict[str, str]:
         return {}
     notes = {}
     for name in dict.fromkeys([conf.decoder.name, *conf.decoders]):
-        limit = getattr(decoder_class(name), "max_batch_size", None) if name != "ar" else None
+        limit = decoder_class(name).max_batch_size
         if limit is not None and size > limit:
             notes[name] = (f"{name} skipped at benchmark.batch_size={size}: transformers runs it at batch size "
                            f"{limit} only")

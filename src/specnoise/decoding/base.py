@@ -134,6 +134,7 @@ class Decoder:
 
     drafter_class: ClassVar[type[Drafter] | None] = None
     batch = 1  # rows decoded together (a row of ``generate_batch`` says its batch's)
+    max_batch_size: ClassVar[int | None] = None  # the most prompts ``generate_batch`` takes (None: any)
     needs_draft: ClassVar[bool] = False  # the drafter's (or a peer's) need of a draft model
 
     def __init__(self, cfg, target, draft=None):
@@ -145,6 +146,8 @@ class Decoder:
             raise UserError(f"decoder={self.name} needs a draft model: set draft=NAME or pair=NAME")
         self.eos_ids = target.eos_ids
         self.host_reads = 0
+        self.row_slots: list[Decoder] = []  # generate_batch's rows, kept across calls (``rows``)
+        self.batch_meta: dict | None = None  # the drafter choices of the last batch's first row
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
         self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
         if self.drafter is not None:
@@ -160,7 +163,7 @@ class Decoder:
         """The drafter's choices (after a batch, its first row's: tree=auto picks per row)."""
         if self.drafter is None:
             return {}
-        return self.__dict__.get("batch_meta") or self.drafter.meta
+        return self.batch_meta or self.drafter.meta
 
     def to_host(self, tensor: torch.Tensor) -> list | int | float:
         """The one way a decoder reads device values: each call is a host-device sync on a GPU, so a step
@@ -194,10 +197,11 @@ class Decoder:
         """Forget state kept across prompts, the batch row slots' too."""
         if self.drafter is not None:
             self.drafter.reset_history()
-        for row in self.__dict__.get("row_slots", []):
+        for row in self.row_slots:
             row.drafter.reset_history()
 
     def check_prompt(self, prompt, max_new_tokens: int) -> list[int]:
+        """``prompt`` as a list of ints, or a UserError saying what to change (empty, or too long for the context)."""
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise UserError("empty prompt: a prompt needs at least one token")
@@ -239,7 +243,6 @@ class Decoder:
             target_seconds=target_seconds,
             draft_seconds=draft_seconds,
         )
-
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
                        seed: int | list[int] | None = None) -> list[DecodeOutput]:
@@ -289,13 +292,12 @@ class Decoder:
 
     def rows(self, n: int) -> list[Decoder]:
         """The first ``n`` row slots: copies of this decoder, each with its own drafter, verifier and read counter."""
-        slots = self.__dict__.setdefault("row_slots", [])
-        while len(slots) < n:
+        while len(self.row_slots) < n:
             row = copy.copy(self)
-            del row.row_slots  # a row has no rows of its own
+            row.row_slots = []  # a row has no rows of its own
             row.drafter = self.drafter.fork(row)
-            slots.append(row)
-        return slots[:n]
+            self.row_slots.append(row)
+        return self.row_slots[:n]
 
 
 # decoder option -> module defining its drafter (or, for the generate() peers, its decoder); imported on first use

@@ -51,9 +51,6 @@ class BatchKV:
         self.at: dict[int, int] = {r: r for r in range(rows)}  # row -> batch index in the cache
         self.done: set[int] = set()
         self.phys = 0  # physical slots used in every row
-        # batched forwards run eagerly, also on a compiling static engine: a batch's cache lives for one group, and a
-        # compiled forward over it would be traced again for every group (a per-engine batched cache is the fix)
-        self.step = self._call
         if self.static:
             self.capacity = capacity_for(need + engine.buckets[-1], engine.max_length, engine.buckets[-1])
             self.width = bucket(rows)
@@ -116,8 +113,10 @@ class BatchKV:
         mask = torch.zeros(B, 1, Q, width, dtype=self.dtype)
         mask.masked_fill_(~keep[:, None], torch.finfo(self.dtype).min)
         mask = mask.to(self.device)
+        # eager, also on a compiling static engine: a batch's cache lives for one group, and a compiled forward over
+        # it would be traced again for every group (a per-engine batched cache is the fix)
         with numerics(self.model), self.clock.timing():
-            logits = self.step(ids, pos, mask, None if self.static else rows_kept)[:, -rows_kept:]
+            logits = self._call(ids, pos, mask, None if self.static else rows_kept)[:, -rows_kept:]
         self.forwards += 1  # (a static cache's offsets advanced by Q: the block sits at P..P+Q in every row)
         out = {}
         for r, block in blocks.items():
@@ -145,7 +144,7 @@ class BatchKV:
         if self.done:
             self._drop()
         moves = [(self.at[r], self.fixed[r] + i, s) for r in self.at for i, s in enumerate(self.tail[r])]
-        if moves and self.phys:
+        if moves:
             b, dst, src = (torch.tensor(v, device=self.device) for v in zip(*moves))
             for layer in self.cache.layers:
                 layer.keys[b, :, dst] = layer.keys[b, :, src]

@@ -104,18 +104,12 @@ class HFGreedy(Decoder):
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
                        seed: int | None = None) -> list[DecodeOutput]:
         """The group in one generate() call, left-padded (module docstring); a group of one is ``generate``."""
-        if getattr(self, "max_batch_size", None) == 1 and len(prompts) > 1:
+        if self.max_batch_size is not None and len(prompts) > self.max_batch_size:
             raise UserError(f"decoder={self.name} decodes one prompt at a time (transformers supports it at batch "
                             "size 1 only): use benchmark.batch_size=1")
         if len(prompts) <= 1:
             return [self.generate(p, max_new_tokens, seed) for p in prompts]
-        prompts = [[int(t) for t in p] for p in prompts]
-        for p in prompts:
-            if not p:
-                raise UserError("empty prompt: a prompt needs at least one token")
-            if len(p) + max_new_tokens > self.target.max_length:
-                raise UserError(f"prompt of {len(p)} tokens + max_new_tokens={max_new_tokens} exceeds the model's "
-                                f"context of {self.target.max_length}: shorten the prompt or lower max_new_tokens")
+        prompts = [self.check_prompt(p, max_new_tokens) for p in prompts]
         width = max(map(len, prompts))
         for kv in filter(None, (self.target, self.draft)):
             kv.reset()
@@ -156,30 +150,26 @@ class HFStatic(HFGreedy):
 
     def __init__(self, cfg, target, draft=None):
         super().__init__(cfg, target, draft)
-        self.cache, self.capacity = None, 0
-        self.batch_caches: dict[int, StaticCache] = {}  # rows -> its own cache (a cache keeps its first batch size)
-        self.rows = 1
+        self.capacity = 0
+        self.caches: dict[int, StaticCache] = {}  # rows -> its own cache (a cache keeps its first batch size)
+        self.cache: StaticCache | None = None  # the current call's
 
     def models(self) -> dict:
-        cache = self.cache if self.rows == 1 else self.batch_caches[self.rows]
-        return {self.target.cache_kw: cache}  # `cache` since transformers 5.24, `past_key_values` before
+        return {self.target.cache_kw: self.cache}  # `cache` since transformers 5.24, `past_key_values` before
 
     def reserve(self, n: int) -> None:
         super().reserve(n)
         if n > self.capacity:  # a new cache shape: generate() compiles again, in the next (untimed) warm-up
             self.capacity = capacity_for(n, self.target.max_length, block=0)
-            self.cache = StaticCache(config=self.target.model.config, max_cache_len=self.capacity)
-            self.batch_caches = {}
+            self.caches = {}
 
     def run(self, ids: torch.Tensor, mask: torch.Tensor, budget: int, streamer=None) -> torch.Tensor:
-        self.rows = ids.shape[0]
-        if self.rows > 1 and self.rows not in self.batch_caches:  # built in the warm-up of this group size
-            self.batch_caches[self.rows] = StaticCache(config=self.target.model.config, max_cache_len=self.capacity)
-        (self.cache if self.rows == 1 else self.batch_caches[self.rows]).reset()
-        try:
-            return super().run(ids, mask, budget, streamer)
-        finally:
-            self.rows = 1
+        rows = ids.shape[0]
+        if rows not in self.caches:  # built in the warm-up of this group size
+            self.caches[rows] = StaticCache(config=self.target.model.config, max_cache_len=self.capacity)
+        self.cache = self.caches[rows]
+        self.cache.reset()
+        return super().run(ids, mask, budget, streamer)
 
 
 class HFPLD(HFGreedy):
