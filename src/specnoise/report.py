@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from specnoise.bench.measure import REFERENCE  # noqa: E402  (a batched job's AR at batch 1, drawn like AR)
 from specnoise.bench.timing import ADVICE  # noqa: E402
 from specnoise.config import Config, ReportConfig, UserError  # noqa: E402
 from specnoise.files import write_atomic
@@ -38,7 +39,6 @@ METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_a
            "speedup_exceeds_mat", "batch_size", "speedup_vs_bs1_ar")
 # benchmark.batch_size > 1 somewhere in the report: rows decoded together, and the speedup against AR at batch 1
 BATCH_METRICS = ("batch_size", "speedup_vs_bs1_ar")
-REFERENCE = "ar_bs1"  # a batched job's AR at batch 1 (bench/measure.py), drawn like AR: not a method
 TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup", "speedup_ci",
                  "timing_noisy", "lossless_fraction", "mismatch_fraction", "task_score", "ref_nll")
 # where the time goes, and what the machine allows (bench/bound.py): one table per report when measured
