@@ -140,6 +140,7 @@ VARIANTS = [
     ("pld", dict(max_ngram_size=1, num_pred_tokens=3)),
     ("hf_pld", dict(prompt_lookup_num_tokens=3, max_matching_ngram_size=1)),
     ("hf_assisted", dict(num_assistant_tokens=2, schedule="heuristic")),
+    ("ouroboros", dict(sampled_drafts=True)),  # a sampling-only key: greedy decoding ignores it
 ]
 
 

@@ -100,3 +100,42 @@ def test_a_lossy_verifier_fails_the_distribution_test(pair):
     decoder.verifier = TypicalAcceptance(decoder.target, decoder.to_host, cfg)
     got = sampled(decoder)
     assert max(tv(got[j], exact[j]) for j in range(3)) > 2 * TV_MAX
+
+
+@pytest.mark.parametrize("phrase_drafting", [True, False])
+def test_ouroboros_sampled_drafts_sample_the_target_distribution(pair, phrase_drafting):
+    """Ouroboros with sampled drafts: each draft is kept by rejection sampling, and the pool phrase after a fully
+    kept draft is matched against the target's draws. gamma 1 leaves a 3-token budget room for a phrase token after
+    the draft, and phrase_len 1 fills the pool within such budgets, so both tests shape the marginals (the steps that
+    rejected a draft and those that accepted a phrase token are counted). Drafts from the draft model's lookahead
+    steps (drawn there) and, in the ablation, token by token."""
+    target, drafter = pair
+    cfg = schema("ouroboros", vocab=V, sampled_drafts=True, gamma=1, phrase_len=1,
+                 phrase_drafting=phrase_drafting, **OPTIONS)
+    exact = exact_marginals(target, cfg)
+    decoder = build_decoder(cfg, target, drafter)
+    steps, observe = [], decoder.drafter.observe
+
+    def record(v):
+        steps.append((len(decoder.drafter.d), len(decoder.drafter.phrases), v.accepted))
+        observe(v)
+
+    decoder.drafter.observe = record
+    got = sampled(decoder)
+    for j in range(3):
+        assert tv(got[j], exact[j]) < TV_MAX, f"token {j + 1} off the target distribution"
+    assert sum(a < d for d, _, a in steps) > 100  # drafts rejected (a residual draw)
+    assert sum(a > d for d, k, a in steps if k) > 100  # phrase tokens accepted after a kept draft
+
+
+def test_ouroboros_sampled_drafts_are_draws_not_guesses(pair):
+    """With sampled drafts the output's distribution is kept, not AR's tokens: the drafts are the draft model's
+    draws, so some seed gives other tokens than AR's; and greedy decoding ignores the key."""
+    target, drafter = pair
+    cfg = dict(temperature=1.0, seed=0)
+    reference = build_decoder(ARConfig(**cfg), target)
+    sampled_ = build_decoder(schema("ouroboros", vocab=V, sampled_drafts=True, **cfg), target, drafter)
+    assert any(sampled_.generate(PROMPT, 8, seed=s).tokens != reference.generate(PROMPT, 8, seed=s).tokens
+               for s in range(10))
+    greedy = build_decoder(schema("ouroboros", vocab=V, sampled_drafts=True), target, drafter)
+    assert greedy.generate(PROMPT, 8).tokens == build_decoder(ARConfig(), target).generate(PROMPT, 8).tokens

@@ -116,7 +116,7 @@ class NoiseConfig:
     location: str = "random"  # random start in the response; ppl: the lowest-loss segment (paper App. A)
     segments: int = 1  # noisy segments per sample (paper: 1)
     # A response of <= `length` tokens (before its EOS) is too short for the segment: skip noise for it (the paper,
-    # ALGORITHMS.md §2) or shrink the segment to fit. Training stops before it starts when the full segment fits
+    # docs/algorithms.md §2) or shrink the segment to fit. Training stops before it starts when the full segment fits
     # fewer than half of the responses (training/preflight.py).
     short_response: str = "skip"
 
@@ -452,7 +452,7 @@ class OuroborosConfig(DecoderConfig):
     gamma: int = 6  # draft tokens per target step (paper: γ)
     W: int = 15  # lookahead window of the draft model (= phrase pool capacity per key; paper: W = G)
     # phrase body length M: tokens a phrase adds. The draft's lookahead n-gram size is N = M + 1 (OUR-R's
-    # lookahead_level) and the paper's β is N + 1 = M + 2 (ALGORITHMS.md §9.1): paper β 8 -> phrase_len 6
+    # lookahead_level) and the paper's β is N + 1 = M + 2 (docs/algorithms.md §9.1): paper β 8 -> phrase_len 6
     phrase_len: int = 4
     beta: int | None = None  # renamed phrase_len (a different quantity from the paper's β); setting it is an error
     K: int = 3  # phrases that lengthen a draft
@@ -461,6 +461,10 @@ class OuroborosConfig(DecoderConfig):
     harvest: str = "paper"  # paper | specbench | none (ablation: no harvest from verification)
     reuse_history: bool = True  # keep the phrase pool across prompts
     faithful: bool = False  # OUR-R: a fully matched phrase drops its bonus token
+    # under sampling (temperature > 0): draft tokens sampled from the draft model and kept by rejection sampling, as
+    # speculative decoding does (pool phrases stay deterministic guesses); False = greedy drafts verified by matching
+    # the target's draws. Both are exact; no effect when greedy
+    sampled_drafts: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

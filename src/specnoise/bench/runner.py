@@ -12,7 +12,7 @@
    each with its speedup's bootstrap CI and noise alarm (``timing.py``);
 4. **report and track** (``print_summary``, ``track``): the console table with the noise advice, then wandb.
 
-Protocol (DESIGN.md, "Contracts"): batch size ``benchmark.batch_size`` (default 1; above, every decoder and the AR
+Protocol: batch size ``benchmark.batch_size`` (default 1; above, every decoder and the AR
 baseline decode the prompts in groups of that size, AR is timed at batch 1 too, as the ``ar_bs1`` rows, and each
 prompt's tokens are compared with ``ar_bs1``'s: measure.py); one budget for all (``decoder.max_new_tokens`` or else
 ``benchmark.max_new_tokens``); tokens are counted as ids on both sides; ``Decoder.generate`` times the decode call

@@ -1,4 +1,4 @@
-"""Lookahead decoding (LADE, ALGORITHMS.md §7): a 2-D window of guesses and an n-gram pool, one forward per step.
+"""Lookahead decoding (LADE, docs/algorithms.md §7): a 2-D window of guesses and an n-gram pool, one forward per step.
 
 Each step feeds, after the uncached context ending in the root ``c``, two branches that never see each other:
   * the lookahead branch: N-1 rows of W guesses; cell (r, i) sits at position p+r+i and sees row 0 up to

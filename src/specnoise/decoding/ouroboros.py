@@ -1,4 +1,4 @@
-"""Ouroboros (ALGORITHMS.md §9): speculative decoding whose draft model drafts in phrases, and whose drafts are
+"""Ouroboros (docs/algorithms.md §9): speculative decoding whose draft model drafts in phrases, and whose drafts are
 lengthened by phrases the target has already produced.
 
 One target step:
@@ -6,25 +6,30 @@ One target step:
      tokens are drafted;
   2. lengthening: the K newest pool phrases keyed by the draft's last token hang after the draft;
   3. one target forward over [uncached context] + draft + phrases with the phrase tree mask;
-  4. acceptance along draft-then-phrases by the verifier (the drafts are deterministic guesses, so sampling is the
-     verifier's per-position draw and keeps the target distribution exactly), KV compaction, and harvest: the
-     target's predictions over discarded drafts become new phrases, tried phrases their verified versions.
-The phrase pool lives on the decoder and, with ``reuse_history``, across prompts. Correctness depends only on
-the target's verification: every draft-side choice changes speed, never tokens.
+  4. acceptance along draft-then-phrases by the verifier, KV compaction, and harvest: the target's predictions
+     over discarded drafts become new phrases, tried phrases their verified versions.
+Under sampling the drafts are by default the draft model's greedy guesses, so acceptance is the verifier's
+per-position draw. With ``sampled_drafts`` they are sampled from the draft model (its lookahead steps draw instead
+of taking the argmax; their distributions q ride along) and the verifier keeps them by rejection sampling, as for
+speculative decoding; the pool phrases after them stay deterministic guesses, matched against the target's draws.
+Both keep the target distribution exactly. The phrase pool lives on the decoder and, with ``reuse_history``, across
+prompts. Correctness depends only on the target's verification: every draft-side choice changes speed, never the
+output's distribution (under greedy decoding, never its tokens).
 """
 
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import torch
 
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.lookahead import Window
 from specnoise.decoding.ngram import NGramPool
+from specnoise.decoding.sampling import fit_vocab, warp
 from specnoise.decoding.speculative import check_draft_context, draft_tokens, draft_vocab, rewind
-from specnoise.decoding.verifier import Proposal, Shape, Verifier, read_argmax, tree_shape
+from specnoise.decoding.verifier import Proposal, Shape, Verifier, prompt_generator, read_argmax, tree_shape
 
 
 def harvest_discarded(pool: NGramPool, rejected: list[int], preds: list[int], M: int) -> None:
@@ -75,6 +80,20 @@ def phrase_shape(nd: int, k: int, m: int, faithful: bool, device=None) -> Shape:
                       device=device)
 
 
+class KeepDraws:
+    """An ``after`` hook of the draft model's sampled lookahead step: the wrapped hook's read, and the distributions
+    q each emitted token was drawn from (the warped draft logits at the inputs along the accepted path) kept on the
+    device for the target's rejection test."""
+
+    def __init__(self, inner, rows: torch.Tensor, cfg, vocab: int):
+        self.inner, self.rows, self.cfg, self.vocab = inner, rows, cfg, vocab
+
+    def __call__(self, step):
+        read, _ = self.inner(step)
+        at = self.rows.index_select(0, step.path.clamp(min=0))  # block row of each path input (padding: the root's)
+        return read, warp(fit_vocab(step.logits.index_select(0, at), self.vocab), self.cfg)
+
+
 class Ouroboros(Drafter):
     name = "ouroboros"
     needs_draft = True
@@ -82,6 +101,8 @@ class Ouroboros(Drafter):
     def setup(self):
         self.vocab = draft_vocab(self.decoder.target_model, self.decoder.draft_model, self.target, self.draft)
         self.pool = NGramPool(self.cfg.W)  # G = W (OUR-R asserts it)
+        self.sampled = self.cfg.sampled_drafts and self.cfg.temperature > 0
+        self.hooks: dict = {}  # one KeepDraws per window shape: the verifier keeps one device function per hook
 
     def reset_history(self):
         self.pool.clear()
@@ -100,20 +121,26 @@ class Ouroboros(Drafter):
             self.pool.clear()
         noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
         self.window = Window(self.cfg.phrase_len + 1, self.cfg.W, self.pool, prompt, noise, self.cfg.faithful)
-        # the draft's lookahead steps: greedy, in the target's vocabulary, each one read
-        self.drafting = Verifier(self.draft, self.read, vocab=self.vocab)
+        # the draft's lookahead steps, in the target's vocabulary, each one read: greedy, or with sampled drafts
+        # drawn from the draft's warped distributions with its own uniforms (never the target's)
+        self.drafting = Verifier(self.draft, self.read, sampling=self.cfg if self.sampled else None, vocab=self.vocab)
+        if self.sampled:
+            self.drafting.begin(prompt, seed + 1)
+            self.generator = prompt_generator(seed + 1, prompt)  # the token-by-token ablation's draws
+            self.drawn = 0  # uniforms the draft steps have used: each step takes fresh ones
 
     def propose(self, room):
         cfg, M = self.cfg, self.cfg.phrase_len
         # 1. draft; drafts past the budget could never be emitted
-        self.d, self.fed = self.make_draft(min(cfg.gamma, room))
+        self.d, self.fed, q = self.make_draft(min(cfg.gamma, room))
         # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
         # (which also keeps their positions inside the context)
         self.key, self.m = self.d[-1] if self.d else self.seq[-1], min(M, room - len(self.d))
         self.phrases = [g[:self.m] for g in self.pool.newest(self.key, cfg.K)] if cfg.lengthening and self.m > 0 else []
         # 3. one target forward over drafts and phrases (the first step's is the target's prefill)
         shape = phrase_shape(len(self.d), len(self.phrases), self.m, cfg.faithful, self.target.device)
-        return Proposal(self.d + [t for g in self.phrases for t in g], shape, after=read_argmax)
+        q = q.to(self.target.device) if q is not None and self.d else None  # sampled drafts: rejection sampling
+        return Proposal(self.d + [t for g in self.phrases for t in g], shape, q=q, after=read_argmax)
 
     def observe(self, v):
         super().observe(v)
@@ -123,30 +150,46 @@ class Ouroboros(Drafter):
         if self.m == self.cfg.phrase_len:  # phrases cut short near the budget are no pool material
             self.harvest(v.extra, v.accepted)
 
-    def make_draft(self, want: int) -> tuple[list[int], list[int]]:
-        """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), and all the tokens the draft model has seen."""
+    def make_draft(self, want: int) -> tuple[list[int], list[int], torch.Tensor | None]:
+        """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), all the tokens the draft model has seen, and
+        with sampled drafts the distributions they were drawn from ([len(d), vocab] on the draft's device)."""
         seq = self.seq
         if want <= 0:
-            return [], list(seq)
+            return [], list(seq), None
         if not self.cfg.phrase_drafting:  # ablation: plain token-by-token drafting
-            d = self.read(draft_tokens(self.draft, seq, want, self.vocab)[0])
-            return d, seq + d
+            probs = partial(warp, cfg=self.cfg) if self.sampled else None
+            tokens, q = draft_tokens(self.draft, seq, want, self.vocab, probs, self.generator if self.sampled else None)
+            d = self.read(tokens)
+            return d, seq + d, q
         d: list[int] = []
+        qs: list[torch.Tensor] = []
         while len(d) < want and not self.decoder.eos_ids.intersection(d):
-            d += self.draft_step(seq + d)
+            tokens, q = self.draft_step(seq + d)
+            d += tokens
+            qs.append(q)
         fed = seq + d
         for i, t in enumerate(d):
             if t in self.decoder.eos_ids:
                 d = d[:i + 1]
                 break
-        return d[:want], fed
+        d = d[:want]
+        return d, fed, torch.cat(qs)[:len(d)] if self.sampled else None
 
-    def draft_step(self, tokens: list[int]) -> list[int]:
-        """One lookahead step of the draft model after ``tokens`` (the uncached ones fed): its accepted tokens."""
-        v = self.drafting.step(tokens[self.draft.length:], self.window.propose(tokens[-1], self.draft.device), base=0)
+    def draft_step(self, tokens: list[int]) -> tuple[list[int], torch.Tensor | None]:
+        """One lookahead step of the draft model after ``tokens`` (the uncached ones fed): its accepted tokens (and,
+        sampled, their distributions)."""
+        proposal = self.window.propose(tokens[-1], self.draft.device)
+        base = 0
+        if self.sampled:
+            shape = proposal.shape
+            if shape not in self.hooks:
+                self.hooks[shape] = KeepDraws(proposal.after, shape.rows, self.cfg, self.vocab)
+            proposal.after, base = self.hooks[shape], self.drawn
+            self.drawn += shape.span  # fresh uniforms every step: a redrafted position never reuses a draw
+        v = self.drafting.step(tokens[self.draft.length:], proposal, base=base)
         self.drafting.commit(v)
         self.window.advance(tokens[-1], v.extra)
-        return v.tokens
+        return v.tokens, v.kept[:len(v.tokens)] if self.sampled else None
 
     def harvest(self, y: list[int], accepted: int) -> None:
         """Feed the pool from verification (greedy predictions, also under sampling: the pool only guesses).

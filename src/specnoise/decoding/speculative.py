@@ -1,5 +1,5 @@
-"""Speculative decoding with a draft model (ALGORITHMS.md §8): the draft proposes gamma tokens one by one, the target
-verifies [root] + drafts in one forward.
+"""Speculative decoding with a draft model (docs/algorithms.md §8): the draft proposes gamma tokens one by one, the
+target verifies [root] + drafts in one forward.
 
 Greedy: the draft's argmaxes, verified by the target's. Sampling: the drafts are sampled from the draft model's
 (warped) distributions q, and the verifier keeps each with probability min(1, p/q), replacing the first rejected one

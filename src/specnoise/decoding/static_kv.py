@@ -1,8 +1,8 @@
 """The static-cache engine: the ``Engine`` interface (kv.py) over a Hugging Face ``StaticCache``, so forwards have fixed
 shapes and can be compiled (``torch.compile``) and, on CUDA, recorded as one CUDA graph per bucket.
 
-Eager decoding on a GPU waits on Python: one forward costs the same for 1 or 69 new tokens (GPU.md). This engine
-removes the shape changes that stop compilation:
+Eager decoding on a GPU waits on Python: one forward costs the same for 1 or 69 new tokens (the forward-cost curves
+of experiments/gpu/README.md). This engine removes the shape changes that stop compilation:
   * one ``StaticCache`` per model, sized once (prompt + budget + the largest block, a power of two of at least
     ``MIN_CAPACITY`` slots, at most the model's context) and grown, never shrunk, when a longer generation needs it;
   * every block of up to ``BUCKETS[-1]`` tokens is padded to the next bucket size; pad tokens see only themselves

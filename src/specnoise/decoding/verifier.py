@@ -14,7 +14,8 @@ bonus. The accepted tokens are then exactly AR's draws with the same uniforms, w
 deterministic proposal changes speed, never the output or its distribution, and with one seed every decoder
 samples AR's very tokens. A *sampled* draft chain (speculative decoding with draft distributions q) is verified by
 rejection sampling instead: each draft kept with probability min(1, p/q), the first rejected one replaced by a draw
-from norm(max(0, p - q)); that keeps the distribution, not the tokens.
+from norm(max(0, p - q)); that keeps the distribution, not the tokens. Deterministic nodes may hang after a sampled
+chain (Ouroboros' phrases with sampled drafts): past the chain they are matched as above.
 
 A step stays on the device from the logits to one host read (accepted count, block, path and whatever the drafter's
 ``after`` hook asks for); on an engine that replays CUDA graphs the whole device function is recorded once per shape.
@@ -261,17 +262,37 @@ class Verifier:
 
     def reject(self, shape, after, logits, y, tree, nodes, u, v, q):
         """Rejection sampling of a sampled chain: draft j kept with probability min(1, p/q) (u < p/q without dividing),
-        the first rejected one replaced by a draw of the residual, and after a full acceptance by a draw of p."""
-        n = nodes.numel()
+        the first rejected one replaced by a draw of the residual, and after a full acceptance by a draw of p.
+
+        The chain is the first ``len(q)`` nodes; more nodes may hang after its last one (Ouroboros' pool phrases,
+        deterministic guesses): once the chain is kept whole they are matched against the draws at their parents, as
+        any deterministic proposal, so the tokens after the chain are the target's draws with their own uniforms."""
+        n = q.shape[0]
         p = warp(tree, self.sampling)
-        at = nodes.view(-1, 1)
+        at = nodes[:n].view(-1, 1)
         ok = v[:n] * q.gather(-1, at)[:, 0] < p[:n].gather(-1, at)[:, 0]
+        if n < shape.nodes:
+            return self.reject_then_match(shape, after, logits, y, p, nodes, u, q, ok)
         a = ok.long().cumprod(0).sum().view(1)
         rest = torch.cat([residual(p[:n], q), p[n:n + 1]]).index_select(0, a)
         token = draw(rest, u.index_select(0, a))
         block = torch.cat([nodes, token]).scatter(0, a, token)  # [:a + 1]: the kept drafts, then the new token
         right = ok  # what the drafter may learn: which drafts passed their test
         return self.finish(after, Step(logits, y, right, a, a, shape.path[0]), block)
+
+    def reject_then_match(self, shape, after, logits, y, p, nodes, u, q, ok):
+        """``reject`` of a chain of ``len(q)`` sampled drafts with deterministic nodes after its last one."""
+        n = q.shape[0]
+        picks = draw(p, u.index_select(0, shape.depth))  # the target's draw at every input (used past the chain)
+        right = torch.cat([ok, nodes[n:] == picks.index_select(0, shape.parent[n:])])
+        accepted = ~(shape.sees & ~right).any(-1)
+        best = torch.where(accepted, shape.rank, -1).argmax().view(1)
+        path, a = shape.path.index_select(0, best)[0], shape.depth.index_select(0, best)
+        # inside the chain (a < n) the rejected draft's replacement, past it the draw at the accepted input
+        fix = draw(residual(p[:n], q), u[:n]).index_select(0, a.clamp(max=n - 1))
+        bonus = torch.where(a < n, fix, picks.index_select(0, best))
+        block = torch.cat([nodes.index_select(0, path[1:].clamp(min=1) - 1), bonus]).scatter(0, a, bonus)
+        return self.finish(after, Step(logits, y, right, best, a, path), block)
 
     @staticmethod
     def finish(after, step: Step, block):

@@ -1,4 +1,4 @@
-"""MSN noise injection (ALGORITHMS.md §2): pure tensor code, no model, no config objects.
+"""MSN noise injection (docs/algorithms.md §2): pure tensor code, no model, no config objects.
 
 A batch is right-padded ``ids`` [B, T] with, per row, ``prompt_lens`` P and real ``lengths`` T_b. The
 response is positions [P, T_b); its last token (usually EOS) is never noised, so a segment of length L
