@@ -53,6 +53,8 @@ def test_a_trial_needs_repeats_greedy_and_the_lossless_check():
         check_tunable(conf(repeats=1))
     with pytest.raises(UserError, match="checked lossless"):
         check_tunable(conf(check_lossless=False))
+    with pytest.raises(UserError, match="benchmark.limit=1"):
+        check_tunable(conf(limit=1))
     with pytest.raises(UserError, match="benchmark=NAME"):
         check_tunable(conf(name="none"))
     with pytest.raises(UserError, match="checked lossless"):
@@ -84,6 +86,21 @@ def test_resume_reruns_the_interrupted_trial_and_counts_the_finished(tmp_path):
     states = [t.state.name for t in again.study.get_trials()]
     assert states == ["COMPLETE", "FAIL", "FAIL", "RUNNING", "RUNNING"]
     assert again.best().number == 0
+
+
+def test_the_configured_setting_is_a_trial_of_its_own_once(tmp_path):
+    search = open_search(tmp_path)
+    search.enqueue_default({"decoder.W": 7, "decoder.N": 5})
+    assert search.resume(4) == (4, 0)
+    first = search.study.ask(SPACE)  # left RUNNING: as if interrupted
+    assert first.params == {"decoder.W": 7, "decoder.N": 5}
+
+    again = open_search(tmp_path)
+    again.enqueue_default({"decoder.W": 7, "decoder.N": 5})  # already in the study: not queued twice
+    assert again.resume(4) == (4, 1)
+    rerun = again.study.ask(SPACE)
+    assert rerun.number == 1 and rerun.params == first.params and rerun.system_attrs["specnoise:default"]
+    assert [t.state.name for t in again.study.get_trials()] == ["FAIL", "RUNNING"]
 
 
 def test_resume_refuses_other_overrides(tmp_path):

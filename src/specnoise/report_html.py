@@ -182,6 +182,7 @@ def search_section(roots: list[Path], out_dir: Path) -> str:
         summary = json.loads(path.read_text())
         best = summary.get("best")
         trials = pd.DataFrame([{"trial": t["trial"], "state": t["state"] + (" (interrupted)" if t.get("interrupted")
+                                                                             else " (default)" if t.get("default")
                                                                              else ""),
                                 "objective": t.get("value"), **t.get("params", {}),
                                 **{k: t.get(k) for k in ("speedup", "speedup_ci_low", "speedup_ci_high",
@@ -197,6 +198,12 @@ def search_section(roots: list[Path], out_dir: Path) -> str:
             parts.append(f"<p>Best: trial {best['trial']}, <code>{esc(setting)}</code>: speedup "
                          f"{fmt(best.get('speedup'))} (95% CI {fmt(best.get('speedup_ci_low'))}-"
                          f"{fmt(best.get('speedup_ci_high'))}).</p>")
+        default = summary.get("default")
+        if default:
+            setting = " ".join(f"{k}={v}" for k, v in default["params"].items())
+            parts.append(f"<p>The configured setting (trial {default['trial']}), <code>{esc(setting)}</code>: speedup "
+                         f"{fmt(default.get('speedup'))} (95% CI {fmt(default.get('speedup_ci_low'))}-"
+                         f"{fmt(default.get('speedup_ci_high'))}).</p>")
         if summary.get("rerun"):
             parts.append(f"<p>Re-run the winner:</p><pre>{esc(summary['rerun'])}</pre>")
         if not trials.empty:

@@ -31,6 +31,7 @@ from specnoise.files import write_atomic
 log = logging.getLogger("specnoise.tune")
 OBJECTIVE = "speedup_ci_low"  # of the tuned decoder's row over all prompts (category `all`)
 INTERRUPTED = "specnoise:interrupted"  # system attribute of a trial an interrupted search left unfinished
+DEFAULT = "specnoise:default"  # system attribute of the trial of the configured setting (the decoder's defaults)
 
 
 class NotLossless(RuntimeError):
@@ -45,6 +46,9 @@ def check_tunable(conf: Config) -> None:
     if conf.benchmark.repeats < 2:
         raise UserError(f"benchmark.repeats={conf.benchmark.repeats}: the search maximises the speedup's CI lower "
                         "bound, which needs every prompt timed at least twice: set benchmark.repeats=2 or more")
+    if conf.benchmark.limit is not None and conf.benchmark.limit < 2:
+        raise UserError(f"benchmark.limit={conf.benchmark.limit}: the speedup's CI is bootstrapped over the prompts: "
+                        "set benchmark.limit=2 or more (5 or more for a usable interval)")
     if conf.decoder.temperature != 0 or not conf.benchmark.check_lossless:
         raise UserError("every trial must be checked lossless against AR: tune with greedy decoding "
                         "(decoder.temperature=0) and benchmark.check_lossless=true")
@@ -101,13 +105,29 @@ class Search:
                             "resume it, or set hydra.sweep.dir=DIR for a new search")
         return cls(study, sweep_dir, seed)
 
+    def enqueue_default(self, setting: dict[str, Any]) -> None:
+        """Queue the configured setting of the searched keys (the decoder's defaults, or what the command line set)
+        as a trial of its own, once per study: tune.json compares the best with it, measured the same way."""
+        if setting and not any(t.system_attrs.get(DEFAULT) for t in self.study.get_trials(deepcopy=False)):
+            self._enqueue(setting, default=True)
+
+    def _enqueue(self, params: dict[str, Any], default: bool) -> None:
+        import warnings
+
+        from optuna.exceptions import ExperimentalWarning
+        from optuna.trial import TrialState
+
+        with warnings.catch_warnings():  # enqueue_trial: "experimental" in optuna 2.10, stable since 3
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            self.study.enqueue_trial(params)
+        if default:
+            queued = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[-1]
+            self.study._storage.set_trial_system_attr(queued._trial_id, DEFAULT, True)
+
     def resume(self, n_trials: int) -> tuple[int, int]:
         """Take up an interrupted search: its unfinished trials fail (marked ``INTERRUPTED``) and their parameters
         are queued again; returns (trials still to run of the budget ``n_trials``, the first new job's number =
         the next trial's number)."""
-        import warnings
-
-        from optuna.exceptions import ExperimentalWarning
         from optuna.trial import TrialState
 
         study = self.study
@@ -116,9 +136,7 @@ class Search:
             log.warning("trial %d was interrupted: running it again with %s", trial.number, trial.params)
             study._storage.set_trial_system_attr(trial._trial_id, INTERRUPTED, True)
             study.tell(trial.number, state=TrialState.FAIL)
-            with warnings.catch_warnings():  # enqueue_trial: "experimental" in optuna 2.10, stable since 3
-                warnings.simplefilter("ignore", ExperimentalWarning)
-                study.enqueue_trial(trial.params)
+            self._enqueue(trial.params, default=bool(trial.system_attrs.get(DEFAULT)))
         trials = study.get_trials(deepcopy=False)
         done = [t for t in trials if t.state.is_finished() and not t.system_attrs.get(INTERRUPTED)]
         waiting = [t.number for t in trials if t.state == TrialState.WAITING]
@@ -173,16 +191,19 @@ def summarize(study: Any, sweep_dir: Path, experiment: str | None, budget: int) 
         path = trial_dir(sweep_dir, trial)
         row = {"trial": trial.number, "state": trial.state.name, "value": trial.value, "params": trial.params,
                "interrupted": bool(trial.system_attrs.get(INTERRUPTED)),
+               "default": bool(trial.system_attrs.get(DEFAULT)),
                "job": str(path.relative_to(sweep_dir)) if path else None}
         row.update(_job_row(path) if path else {})
         rows.append(row)
     complete = [r for r in rows if r["state"] == "COMPLETE"]
     best = max(complete, key=lambda r: r["value"]) if complete else None
     finished = [r for r in rows if r["state"] in ("COMPLETE", "FAIL", "PRUNED") and not r["interrupted"]]
+    default = next((r for r in complete if r["default"]), None)
     return {"experiment": experiment, "study": study.study_name, "objective": OBJECTIVE,
             "direction": study.direction.name.lower(), "budget": budget, "finished": len(finished),
             "failed": sum(r["state"] == "FAIL" and not r["interrupted"] for r in rows),
-            "best": best, "rerun": rerun_command(sweep_dir / best["job"]) if best and best["job"] else None,
+            "best": best, "default": default,
+            "rerun": rerun_command(sweep_dir / best["job"]) if best and best["job"] else None,
             "trials": rows}
 
 
@@ -218,6 +239,12 @@ def describe(summary: dict) -> str:
         lines.append(f"  speedup {best['speedup']:.3f}x over AR (95% CI {best['speedup_ci_low']:.3f}-"
                      f"{best['speedup_ci_high']:.3f}), {best['mean_accepted_tokens']:.2f} tokens per target forward, "
                      f"lossless on {best['prompts']} prompts x {best['repeats']} repeats")
+    default = summary.get("default")
+    if default and default.get("speedup") is not None:
+        setting = " ".join(f"{k}={v}" for k, v in default["params"].items())
+        lines.append(f"the configured setting (trial {default['trial']}: {setting}): speedup {default['speedup']:.3f}x "
+                     f"(95% CI {default['speedup_ci_low']:.3f}-{default['speedup_ci_high']:.3f}), "
+                     f"{default['mean_accepted_tokens']:.2f} tokens per target forward")
     if summary["rerun"]:
         lines.append(f"re-run it: {summary['rerun']}")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ again (over the finished trials' results) and run ``n_trials`` more; this one, b
 
 - holds the sweep directory's lock (a second search there refuses) and creates the directory (SQLite needs it);
 - refuses to resume a search begun with other command-line overrides;
+- queues the configured setting of the searched keys (the decoder's defaults) as a trial, once per study;
 - marks the trials an interrupted search left RUNNING as failed and queues their parameters again;
 - counts the finished trials against ``n_trials`` and numbers the new jobs after them (job folder = trial number);
 - and, once the stock sweep returns, writes ``tune.json`` (every trial, the best one, the command that re-runs it)
@@ -20,6 +21,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from hydra_plugins.hydra_optuna_sweeper.config import OptunaSweeperConf
 from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
+from omegaconf import OmegaConf
 
 
 @dataclass
@@ -42,6 +44,9 @@ class TuneSweeper(OptunaSweeper):
         with RunLock(sweep_dir):
             search = Search.open(impl.storage, impl.study_name, impl.sampler, impl._get_directions(), sweep_dir,
                                  seed=impl.config.hydra.sweeper.sampler.get("seed"), arguments=arguments)
+            params = impl.config.hydra.sweeper.params or {}
+            search.enqueue_default({k: OmegaConf.select(impl.config, k) for k in params
+                                    if OmegaConf.select(impl.config, k) is not None})
             impl.n_trials, impl.job_idx = search.resume(impl.n_trials)
             if impl.n_trials > 0:
                 try:
