@@ -70,7 +70,8 @@ def test_search_summary_and_verdicts(tmp_path: Path):
     (tmp_path / "experiments" / "README.md").write_text(
         "| paper | claim | verdict | study |\n|---|---|---|---|\n"
         "| P | PLD is fast | reproduced | [demo](demo/README.md) |\n"
-        "| Q | other | not reproduced | [other](other/README.md) |\n")
+        "| Q | other | not reproduced | [other](other/README.md) |\n\n"
+        "| study | what varies |\n|---|---|\n| [demo](demo/README.md) | an index row, not a claim |\n")
     trials = [{"trial": 0, "state": "COMPLETE", "value": 1.1, "params": {"decoder.num_pred_tokens": 10}, "job": "0",
                "speedup": 1.3, "speedup_ci_low": 1.1, "speedup_ci_high": 1.4},
               {"trial": 1, "state": "FAIL", "value": None, "params": {"decoder.num_pred_tokens": 4}, "job": "1",
@@ -80,6 +81,7 @@ def test_search_summary_and_verdicts(tmp_path: Path):
         "failed": 0, "best": trials[0], "rerun": "python -m specnoise decoder.num_pred_tokens=10", "trials": trials}))
     page = (build_report([study / "sweep"], study / "tiny").parent / "report.html").read_text()
     assert "<b>Verdict at this scale: <code>reproduced</code>.</b>" in page
+    assert "an index row" not in page
     assert "PLD is fast" in page and "other" not in page.split("Claims and verdicts")[1].split("</table>")[0]
     assert "Search tune-pld" in page and "python -m specnoise decoder.num_pred_tokens=10" in page
     assert "FAIL (interrupted)" in page

@@ -178,7 +178,8 @@ def versions(jobs: list) -> dict[str, str]:
 def search_section(roots: list[Path], out_dir: Path) -> str:
     """The Optuna search of a tune-* sweep (its tune.json), if the report covers one."""
     parts = []
-    for path in sorted({p for r in roots for p in [*Path(r).glob("tune.json"), out_dir / "tune.json"] if p.is_file()}):
+    found = sorted(p for r in roots for p in Path(r).glob("tune.json"))  # a search's sweep directory
+    for path in found or [p for p in [out_dir / "tune.json"] if p.is_file()]:  # or a copy beside the report
         summary = json.loads(path.read_text())
         best = summary.get("best")
         trials = pd.DataFrame([{"trial": t["trial"], "state": t["state"] + (" (interrupted)" if t.get("interrupted")
@@ -223,8 +224,14 @@ def verdicts(out_dir: Path) -> str:
     claims = study.parent / "README.md"
     if claims.is_file():
         text = claims.read_text().splitlines()
-        header = next((line for line in text if line.startswith("|") and "verdict" in line.lower()), None)
-        rows = [line for line in text if line.startswith("|") and f"]({study.name}/" in line]
+        header = current = None  # the first claims table's header; the header of the table being read, if a claims one
+        rows = []
+        for line, above in zip(text, [""] + text):
+            if line.startswith("|") and not above.startswith("|"):  # a table starts: its header
+                current = line if "verdict" in line.lower() else None
+                header = header or current
+            elif line.startswith("|") and current and f"]({study.name}/" in line:
+                rows.append(line)
         if header and rows:
             cells = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]  # noqa: E731
             head = "".join(f"<th>{esc(c)}</th>" for c in cells(header))
