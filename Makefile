@@ -5,9 +5,9 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 export WANDB_SILENT ?= true
 
-.PHONY: setup demo test test-slow check-experiments check-experiments-quick bench lint clean
+.PHONY: setup browser demo test test-slow check-experiments check-experiments-quick bench lint clean
 
-setup: $(STAMP)
+setup: $(STAMP) browser
 
 # torch first, pinned: that takes the local CPU wheel; any later resolver then sees torch satisfied and
 # never pulls a CUDA build.
@@ -17,6 +17,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
+
+# the browser test (tests/test_report_html.py) drives the system's Chromium through Playwright (Playwright's own
+# browser download is not used): installed with apt-get where we are root and apt exists, else the test is skipped
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "note: no Chromium (apt-get install chromium): the browser test will be skipped"
 
 demo: setup
 	$(BIN)/python -m specnoise +experiment=quickstart

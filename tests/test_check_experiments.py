@@ -10,8 +10,9 @@ A ``command.txt`` may say how long its re-run takes on the 2-core CPU, in a comm
 A miniature of 20 minutes or more (one that trains models first) is also marked ``long``, so
 ``make check-experiments-quick`` (``-m "slow and not long"``) leaves it out; its time limit is three times N.
 ``make check-experiments JOBS=2`` runs two miniatures at once (pytest-xdist), each on its own thread.
-Comment lines ``# env: NAME=VALUE`` set environment variables for the re-run (``OMP_NUM_THREADS=1`` for a
-miniature that trains: fp32 training on the CPU reproduces token for token only with the thread count it ran with).
+A ``# check: skip REASON`` line leaves a folder out (with its reason). Comment lines ``# env: NAME=VALUE`` set
+environment variables for the re-run (``OMP_NUM_THREADS=1`` for a miniature that trains: fp32 training on the CPU
+reproduces token for token only with the thread count it ran with).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def command_env(path: Path) -> dict[str, str]:
 def param(path: Path):
     minutes = check_minutes(path)
     marks = [pytest.mark.long] if minutes is not None and minutes >= LONG_MINUTES else []
+    skip = re.search(r"^#\s*check:\s*skip\b\s*(.*)", path.read_text(), flags=re.MULTILINE)
+    if skip:  # a folder its command alone cannot reproduce (e.g. a search that was interrupted on purpose)
+        marks.append(pytest.mark.skip(reason=skip.group(1) or "its command.txt says `# check: skip`"))
     return pytest.param(path, marks=marks, id=str(path.parent.relative_to(REPO / "experiments")))
 
 

@@ -32,12 +32,16 @@ needs_shipped = pytest.mark.skipif(not SHIPPED, reason="the shipped tiny models 
 
 
 def sweep_jobs(preset: str) -> list[list[str]]:
-    """The override lists of every job of ``preset``'s sweep, as Hydra's basic sweeper expands them."""
+    """The override lists of every job of ``preset``'s sweep, as Hydra's basic sweeper expands them (for an Optuna
+    search, the ends of each range)."""
     params = OmegaConf.load(CONF / "experiment" / f"{preset}.yaml").get("hydra", {}).get("sweeper", {}).get("params")
     parser = OverridesParser.create()
     dims = []
     for key, value in (params or {}).items():
         override = parser.parse_override(f"{key}={value}")
+        if override.is_interval_sweep():  # an Optuna search's range (+experiment=tune-*): its two ends
+            dims.append([f"{key}={override.value().start}", f"{key}={override.value().end}"])
+            continue
         dims.append([f"{key}={v}" for v in override.sweep_string_iterator()] if override.is_sweep_override()
                     else [f"{key}={value}"])
     return [list(job) for job in itertools.product(*dims)]

@@ -39,9 +39,14 @@ NO_JOB_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "
 _state = {"started": False, "locked": None}  # whether Hydra reached the job; the run dir `entry` locked
 
 
-def run(cfg: DictConfig, run_dir: Path) -> dict:
-    """Run one job; returns a small summary (also what multirun jobs leave in their directory)."""
+def run(cfg: DictConfig, run_dir: Path, tuning: bool = False) -> dict | float:
+    """Run one job; returns a small summary (also what multirun jobs leave in their directory), or, for a trial of
+    an Optuna search (``tuning``), its objective value (tune.py)."""
     conf: Config = OmegaConf.to_object(cfg)  # dataclass __post_init__ checks every range here
+    if tuning:
+        from specnoise.tune import check_tunable
+
+        check_tunable(conf)
 
     if conf.task == "report":
         from specnoise.report import run_report
@@ -68,6 +73,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         from specnoise.bench.runner import run_benchmark
 
         summary["results"] = str(run_benchmark(conf, cfg, run_dir, model_path=model_path))
+        if tuning:  # the sweeper reads the job's return value
+            from specnoise.tune import objective
+
+            return objective(Path(summary["results"]), conf.decoder.name)
     if conf.train.name == "none" and conf.benchmark.name == "none":
         from specnoise.generate import generate_once
 
@@ -82,6 +91,15 @@ def _is_multirun() -> bool:
         return False
 
 
+def _is_tuning() -> bool:
+    """Whether this job is a trial of an Optuna search (hydra/sweeper=tune, or the stock optuna): the sweeper reads
+    the job's return value as the trial's objective."""
+    if not _is_multirun():
+        return False
+    target = str(HydraConfig.get().sweeper.get("_target_", ""))
+    return target.startswith(("hydra_plugins.specnoise_tune.", "hydra_plugins.hydra_optuna_sweeper."))
+
+
 def _fail(run_dir: Path, message: str, trace: str | None) -> None:
     """A failed job leaves its error in its own directory (the report lists it; a sweep exits non-zero)."""
     write_atomic(run_dir / "FAILED.json", json.dumps({"error": message, "traceback": trace}, indent=2))
@@ -89,7 +107,7 @@ def _fail(run_dir: Path, message: str, trace: str | None) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
-def main(cfg: DictConfig) -> dict | None:
+def main(cfg: DictConfig) -> dict | float | None:
     from specnoise.bench.progress import Interrupted
 
     _state["started"] = True
@@ -102,7 +120,7 @@ def main(cfg: DictConfig) -> dict | None:
         with lock:
             (run_dir / "FAILED.json").unlink(missing_ok=True)  # an earlier attempt's failure; this one decides
             try:
-                return run(cfg, run_dir)
+                return run(cfg, run_dir, tuning=_is_tuning())
             except Interrupted as stop:  # results.json holds the finished prompts
                 log.warning(str(stop))
                 sys.exit(stop.exit_code)

@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from specnoise.bench.measure import REFERENCE  # noqa: E402  (a batched job's AR at batch 1, drawn like AR)
 from specnoise.bench.timing import ADVICE  # noqa: E402
 from specnoise.config import Config, ReportConfig, UserError  # noqa: E402
-from specnoise.files import write_atomic
+from specnoise.files import write_atomic  # noqa: E402
+from specnoise.report_html import write_html  # noqa: E402
 
 log = logging.getLogger("specnoise.report")
 
@@ -58,6 +59,7 @@ class Job:
     note: str = ""
     train: dict = field(default_factory=dict)  # train_results.json of a job that trained
     calibration: str | None = None  # results.json meta.calibration_warning (hf_greedy far from our AR)
+    dir: Path | None = None  # the job's directory (``collect`` turns ``path`` into its label in the report)
 
 
 # ------------------------------------------------------------------------------------------- collect
@@ -150,7 +152,7 @@ def collect(roots: list[Path]) -> tuple[pd.DataFrame, list[Job]]:
             record.update({f"train_{k}": job.train.get(k) for k in TRAIN_KEYS if job.train})
             record.update(row)
             records.append(record)
-        job.path = Path(label)
+        job.dir, job.path = job.path, Path(label)
     return pd.DataFrame.from_records(records), jobs
 
 
@@ -444,7 +446,8 @@ def _cell(text: str) -> str:
 
 def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = None, title: str = "specnoise report"
                  ) -> Path:
-    """Collect ``roots`` and write report.csv, report.md and PNG plots into ``out_dir``; returns report.md."""
+    """Collect ``roots`` and write report.csv, report.md, report.html and PNG plots into ``out_dir``; returns
+    report.md."""
     cfg = cfg or ReportConfig()
     df, jobs = collect([Path(r) for r in roots])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -489,6 +492,7 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
     notes = noise_notes(df, jobs, hue) if not df.empty else []
     md = markdown(title, sections, jobs, plots, notes)
     write_atomic(out_dir / "report.md", md)
+    write_html(out_dir, title, df, sections, jobs, plots, notes, swept, [Path(r) for r in roots])
     print_console(sections, jobs, out_dir, noisy=any(line.startswith("## Timing noise") for line in notes))
     return out_dir / "report.md"
 
@@ -505,7 +509,7 @@ def print_console(sections: dict[str, pd.DataFrame], jobs: list[Job], out_dir: P
     for job in jobs:
         if job.error is not None:
             print(f"FAILED {job.path}: {job.error}")
-    print(f"\nreport: {out_dir}/report.md (and report.csv, *.png)")
+    print(f"\nreport: {out_dir}/report.md (and report.html, report.csv, *.png)")
 
 
 def log_to_wandb(out_dir: Path, conf: Config, cfg: DictConfig | None = None) -> None:
