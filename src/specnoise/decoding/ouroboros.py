@@ -21,6 +21,7 @@ from functools import lru_cache
 import torch
 
 from specnoise.decoding.base import Drafter
+from specnoise.decoding.kv import Read
 from specnoise.decoding.lookahead import Window
 from specnoise.decoding.ngram import NGramPool
 from specnoise.decoding.speculative import check_draft_context, draft_tokens, draft_vocab, rewind
@@ -82,6 +83,13 @@ class Ouroboros(Drafter):
     def setup(self):
         self.vocab = draft_vocab(self.decoder.target_model, self.decoder.draft_model, self.target, self.draft)
         self.pool = NGramPool(self.cfg.W)  # G = W (OUR-R asserts it)
+        self.drafting = self.draft_verifier()
+
+    def draft_verifier(self) -> Verifier:
+        """The draft's lookahead steps: greedy, in the target's vocabulary, on the decoder's draft engine. One per
+        decoder and engine, so its per-shape device functions (CUDA graphs on a graph engine) are built once, not
+        inside each prompt's timed region."""
+        return Verifier(self.draft, self.read, vocab=self.vocab)
 
     def reset_history(self):
         self.pool.clear()
@@ -100,13 +108,13 @@ class Ouroboros(Drafter):
             self.pool.clear()
         noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
         self.window = Window(self.cfg.phrase_len + 1, self.cfg.W, self.pool, prompt, noise, self.cfg.faithful)
-        # the draft's lookahead steps: greedy, in the target's vocabulary, each one read
-        self.drafting = Verifier(self.draft, self.read, vocab=self.vocab)
+        if self.drafting.engine is not self.draft:  # a batch row's engine, or back from one
+            self.drafting = self.draft_verifier()
 
-    def propose(self, room):
+    def propose_steps(self, room):
         cfg, M = self.cfg, self.cfg.phrase_len
         # 1. draft; drafts past the budget could never be emitted
-        self.d, self.fed = self.make_draft(min(cfg.gamma, room))
+        self.d, self.fed = yield from self.make_draft(min(cfg.gamma, room))
         # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
         # (which also keeps their positions inside the context)
         self.key, self.m = self.d[-1] if self.d else self.seq[-1], min(M, room - len(self.d))
@@ -123,17 +131,19 @@ class Ouroboros(Drafter):
         if self.m == self.cfg.phrase_len:  # phrases cut short near the budget are no pool material
             self.harvest(v.extra, v.accepted)
 
-    def make_draft(self, want: int) -> tuple[list[int], list[int]]:
-        """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), and all the tokens the draft model has seen."""
+    def make_draft(self, want: int):
+        """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), and all the tokens the draft model has seen;
+        a generator of the draft's forwards and reads (kv.py)."""
         seq = self.seq
         if want <= 0:
             return [], list(seq)
         if not self.cfg.phrase_drafting:  # ablation: plain token-by-token drafting
-            d = self.read(draft_tokens(self.draft, seq, want, self.vocab)[0])
+            tokens, _ = yield from draft_tokens(self.draft, seq, want, self.vocab)
+            d = yield Read(tokens)
             return d, seq + d
         d: list[int] = []
         while len(d) < want and not self.decoder.eos_ids.intersection(d):
-            d += self.draft_step(seq + d)
+            d += yield from self.draft_step(seq + d)
         fed = seq + d
         for i, t in enumerate(d):
             if t in self.decoder.eos_ids:
@@ -141,9 +151,11 @@ class Ouroboros(Drafter):
                 break
         return d[:want], fed
 
-    def draft_step(self, tokens: list[int]) -> list[int]:
-        """One lookahead step of the draft model after ``tokens`` (the uncached ones fed): its accepted tokens."""
-        v = self.drafting.step(tokens[self.draft.length:], self.window.propose(tokens[-1], self.draft.device), base=0)
+    def draft_step(self, tokens: list[int]):
+        """One lookahead step of the draft model after ``tokens`` (the uncached ones fed): its accepted tokens (a
+        generator of the step's forward and read)."""
+        proposal = self.window.propose(tokens[-1], self.draft.device)
+        v = yield from self.drafting.steps(tokens[self.draft.length:], proposal, base=0)
         self.drafting.commit(v)
         self.window.advance(tokens[-1], v.extra)
         return v.tokens
