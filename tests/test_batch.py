@@ -18,7 +18,7 @@ from conftest import VOCAB, make_model
 from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
-from specnoise.decoding.batch import BatchKV, Scheduler
+from specnoise.decoding.batch import BatchKV
 from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.static_kv import StaticEngine
 from specnoise.errors import UserError
@@ -69,16 +69,16 @@ def test_rows_keep_their_drafter_state_and_seeds_must_match(target):
                                                                       intermediate_size=64))
     ps = batch_prompts()
     decoder.generate_batch(ps, 10)
-    rows = decoder.rows(3)
+    rows = decoder.row_decoders(3)
     assert len({id(r.drafter.pool) for r in rows} | {id(decoder.drafter.pool)}) == 4  # a pool per row slot
-    assert decoder.rows(3) == rows  # kept across calls
+    assert decoder.row_decoders(3) == rows  # kept across calls
     with pytest.raises(UserError, match="one per prompt"):
         decoder.generate_batch(ps, 10, seed=[1, 2])
 
 
 def test_an_error_in_one_row_ends_the_batch(target):
     decoder = build_decoder(schema("pld"), target)
-    row = decoder.rows(3)[1]
+    row = decoder.row_decoders(3)[1]
 
     def broken(room):
         raise RuntimeError("drafter failed")
@@ -94,7 +94,7 @@ def test_batched_cache_matches_one_engine_per_row(static, target):
     batch-1 engine driven the same way, finished rows leave, and the cache never holds more than the longest row
     plus one block."""
     model = target.model
-    kv = BatchKV(StaticEngine(model) if static else DynamicEngine(model), 3, Scheduler(), need=200, priority=0)
+    kv = BatchKV(StaticEngine(model) if static else DynamicEngine(model), 3, need=200)
     alone = [DynamicEngine(model) for _ in range(3)]
     gen = random.Random(0)
     live = [0, 1, 2]
@@ -167,4 +167,92 @@ def test_tree_auto_in_a_batch_prices_the_batched_forward(target):
         outs = decoder.generate_batch(ps, NEW_TOKENS)
         assert [o.tokens for o in outs] == [ar(target, p, NEW_TOKENS) for p in ps]
     assert set(decoder.drafter.fastest) == {3}  # probed at 3 rows only (the dict is shared with the rows)
-    assert all(row.drafter.tree is not row.drafter.full for row in decoder.rows(3))  # each row picked a sub-tree
+    assert all(row.drafter.tree is not row.drafter.full for row in decoder.row_decoders(3))  # each picked a sub-tree
+
+
+# ------------------------------------------------------------------------------------------ lock-step, independence
+def test_no_thread_in_decoding():
+    """The batch runs in lock-step on the calling thread: nothing in decoding/ starts a thread."""
+    import pathlib
+
+    import specnoise.decoding
+    package = pathlib.Path(specnoise.decoding.__file__).parent
+    for path in package.glob("*.py"):
+        text = path.read_text()
+        assert "threading" not in text and "concurrent.futures" not in text, path.name
+
+
+INDEPENDENT = ["pld", "lookahead", "token_recycling", "sam", "rest", "speculative", "ouroboros"]
+
+
+@pytest.mark.parametrize("name", INDEPENDENT)
+def test_a_row_depends_on_its_prompt_only(name, target, draft):
+    """The same prompt in two different batches (other neighbours, another row) and alone gives the same tokens,
+    forwards (target and draft) and accepted counts: a row's drafts never depend on its neighbours."""
+    ps = batch_prompts(4)
+    first = build_decoder(schema(name), target, draft).generate_batch(ps, NEW_TOKENS)[1]
+    second = build_decoder(schema(name), target, draft).generate_batch([ps[2], ps[0], ps[1]], NEW_TOKENS)[2]
+    alone = build_decoder(schema(name), target, draft).generate(ps[1], NEW_TOKENS)
+    for out in (second, alone):
+        assert (out.tokens, out.target_forwards, out.draft_forwards, out.accepted) == \
+            (first.tokens, first.target_forwards, first.draft_forwards, first.accepted), name
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_batched_forwards_never_build_prompt_by_vocab_logits(static):
+    """A large-vocabulary model: every batched forward (the prefill included) computes logits for the rows the
+    verifier needs only (``logits_to_keep``), never B x prompt x vocab."""
+    big = make_model("llama", layers=1, vocab_size=32000)
+    decoder = on_engine(build_decoder(schema("pld"), big), static)
+    shapes = []
+    hook = big.model.lm_head.register_forward_hook(lambda module, args, out: shapes.append(tuple(out.shape)))
+    try:
+        prompt = [random.Random(r).randrange(3, 300) for r in range(60)]
+        outs = decoder.generate_batch([prompt, prompt[:40], prompt[:50]], 6)
+    finally:
+        hook.remove()
+    assert all(len(o.tokens) == 6 for o in outs)
+    assert shapes and all(rows <= 11 for _, rows, _ in shapes), shapes  # 1 + num_pred_tokens at most, never 60
+
+
+def test_every_row_error_is_reported_and_the_batch_ends_cleanly(target):
+    decoder = build_decoder(schema("pld"), target)
+    rows = decoder.row_decoders(3)
+    for r in (0, 2):
+        def broken(room, r=r):
+            raise RuntimeError(f"drafter {r} failed")
+        rows[r].drafter.propose = broken
+    with pytest.raises(RuntimeError, match="drafter 0 failed") as info:
+        decoder.generate_batch(batch_prompts(), 10)
+    assert any("row 2 failed too" in note and "drafter 2 failed" in note for note in info.value.__notes__)
+    assert all(row.target is decoder.target for row in rows)  # rows back on the decoder's engines
+    for r in (0, 2):
+        del rows[r].drafter.propose
+    ps = batch_prompts()
+    assert [o.tokens for o in decoder.generate_batch(ps, 10)] == [ar(target, p, 10) for p in ps]
+
+
+def test_an_error_in_a_batched_forward_ends_the_batch(target, monkeypatch):
+    decoder = build_decoder(schema("jacobi"), target)
+    calls = []
+
+    def failing(self, requests):
+        calls.append(len(requests))
+        if len(calls) == 3:
+            raise RuntimeError("forward failed")
+        return real(self, requests)
+    real = BatchKV.forward
+    monkeypatch.setattr(BatchKV, "forward", failing)
+    with pytest.raises(RuntimeError, match="forward failed"):
+        decoder.generate_batch(batch_prompts(), 10)
+    monkeypatch.setattr(BatchKV, "forward", real)
+    ps = batch_prompts()
+    assert [o.tokens for o in decoder.generate_batch(ps, 10)] == [ar(target, p, 10) for p in ps]
+
+
+def test_every_engine_implements_the_protocol(target):
+    from specnoise.decoding.engines import EngineProtocol
+    kv = BatchKV(DynamicEngine(target.model), 2, need=20)
+    for engine in (DynamicEngine(target.model), StaticEngine(target.model), kv.row_engine(0)):
+        assert isinstance(engine, EngineProtocol), type(engine).__name__
+    assert not isinstance(object(), EngineProtocol)

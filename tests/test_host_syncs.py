@@ -129,3 +129,28 @@ def test_lossless_at_the_end_of_a_learned_position_context(gpt2, name, prompt_le
     for prompt in prompts(3, seed=prompt_len, min_len=prompt_len, max_len=prompt_len):
         prompt = prompt[:prompt_len]
         assert decoder.generate(prompt, budget).tokens == reference.generate(prompt, budget).tokens
+
+
+@pytest.mark.parametrize("name", GREEDY + ["ouroboros-plain"])
+def test_a_batch_reads_once_per_step(models, name):
+    """B = 3 in lock-step: each row reads as it would alone (one read per target forward, plus Ouroboros' draft
+    steps), nothing in decoding/ converts a tensor outside to_host, and the whole batch reads once per step: the
+    batch's reads (``decoder.host_reads``) equal its steps, the forwards of its longest-running row."""
+    options = dict(phrase_drafting=False) if name == "ouroboros-plain" else {}
+    decoder = build_decoder(schema(name.split("-")[0], **options), *models)
+    with conversions_in_decoders() as calls:
+        outs = decoder.generate_batch(prompts(3, seed=7), 40)
+    assert set(calls) <= {"to_host"} | HOST_RNG, f"{name} reads device tensors outside to_host in {set(calls)}"
+    steps = max(o.target_forwards for o in outs)
+    for out in outs:
+        assert len(out.tokens) == 40
+        if name == "ouroboros":
+            assert out.host_reads == out.target_forwards + out.draft_forwards
+        elif name == "ouroboros-plain":  # the draft tokens, then the verdict
+            assert out.host_reads <= 2 * out.target_forwards
+        else:
+            assert out.host_reads == out.target_forwards
+    if name.startswith("ouroboros"):  # draft reads of rows drafting together are one read too
+        assert decoder.host_reads < sum(o.host_reads for o in outs)
+    else:
+        assert decoder.host_reads == steps

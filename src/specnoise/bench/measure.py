@@ -139,13 +139,6 @@ def run_group(group: list[Sample], index: int, decoders: dict[str, Decoder], bud
     return turns
 
 
-def run_sample(sample: Sample, index: int, decoders: dict[str, Decoder], budget: int, limit: int, repeats: int,
-               encode: Callable, tokenizer, bar, stop) -> dict[str, list[Turn]] | None:
-    """One sample alone (a group of one at batch size 1): decoder -> turns, or None once stopped."""
-    turns = run_group([sample], index, decoders, budget, limit, repeats, encode, tokenizer, bar, stop)
-    return None if turns is None else turns[sample.id]
-
-
 def measure(todo: list[tuple[int, list[Sample]]], decoders: dict[str, Decoder], budget: int, limit: int,
             repeats: int, warmup: int, encode: Callable, tokenizer,
             finished: Callable[[list[tuple[Sample, dict[str, list[Turn]]]]], None], bar, stop,

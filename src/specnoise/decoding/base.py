@@ -19,9 +19,10 @@ from typing import ClassVar
 
 import torch
 
-from specnoise.decoding.batch import Scheduler, batch_kv
+from specnoise.config import DECODER_SCHEMAS
+from specnoise.decoding.batch import BatchKV, lockstep
 from specnoise.decoding.engines import engine_for
-from specnoise.decoding.kv import sync, upload
+from specnoise.decoding.kv import drive, sync, upload
 from specnoise.decoding.verifier import Proposal, Verdict, Verifier, chain_shape
 from specnoise.errors import UserError
 
@@ -109,6 +110,13 @@ class Drafter:
     def propose(self, room: int) -> Proposal:
         raise NotImplementedError
 
+    def propose_steps(self, room: int):
+        """``propose`` as a generator of requests (kv.py ``Forward`` / ``Read``): a drafter that runs a draft model
+        overrides this instead of ``propose``, yielding its draft forwards and reads, so that a batch steps every
+        row's draft model in lock-step (batch.py)."""
+        return self.propose(room)
+        yield  # a generator that requests nothing
+
     def observe(self, v: Verdict) -> None:
         self.seq += v.tokens
 
@@ -146,7 +154,7 @@ class Decoder:
             raise UserError(f"decoder={self.name} needs a draft model: set draft=NAME or pair=NAME")
         self.eos_ids = target.eos_ids
         self.host_reads = 0
-        self.row_slots: list[Decoder] = []  # generate_batch's rows, kept across calls (``rows``)
+        self.row_slots: list[Decoder] = []  # generate_batch's rows, kept across calls (``row_decoders``)
         self.batch_meta: dict | None = None  # the drafter choices of the last batch's first row
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
         self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
@@ -172,14 +180,20 @@ class Decoder:
         return tensor.tolist()
 
     def decode(self, prompt: list[int], out: Output, seed: int) -> None:
-        """Draft, verify, emit, observe, until the output is complete. The first step's forward is the prefill."""
+        """Decode ``prompt`` alone: ``steps`` with each request served at once."""
+        drive(self.steps(prompt, out, seed), self.to_host)
+
+    def steps(self, prompt: list[int], out: Output, seed: int):
+        """Draft, verify, emit, observe, until the output is complete, as a generator of the forwards and reads it
+        needs (kv.py ``Forward`` / ``Read``): ``decode`` serves them one by one, a batch (batch.py) every row's
+        together. The first step's forward is the prefill."""
         drafter, verifier = self.drafter, self.verifier
         verifier.begin(prompt, seed)
         drafter.begin(prompt, out.budget, seed)
         pending = upload(prompt, self.target.device)  # tokens without KV yet, the root last
         while True:
-            proposal = drafter.propose(out.budget - len(out.tokens) - 1)
-            v = verifier.step(pending, proposal, base=len(out.tokens))
+            proposal = yield from drafter.propose_steps(out.budget - len(out.tokens) - 1)
+            v = yield from verifier.steps(pending, proposal, base=len(out.tokens))
             out.emit(v.tokens)
             v.done = out.done
             drafter.observe(v)
@@ -246,12 +260,12 @@ class Decoder:
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
                        seed: int | list[int] | None = None) -> list[DecodeOutput]:
-        """Decode ``prompts`` together, one batch (batch.py): rows accept different numbers of tokens per step and end
-        at different times, every model forward is batched. Each row's tokens are what ``generate`` gives its prompt
-        alone (the same draws under sampling); its forwards are those it took part in; ``seconds`` (and target/draft
-        seconds) are its equal share of the group's. Each row slot keeps its own drafter (``Drafter.fork``) across
-        calls, so state kept across prompts (Ouroboros' pool) is per row slot. ``seed``: one for every row, or a list
-        with each row's."""
+        """Decode ``prompts`` together, one batch in lock-step (batch.py): rows accept different numbers of tokens per
+        step and end at different times, every model forward and every host read is batched. Each row's tokens are
+        what ``generate`` gives its prompt alone (the same draws under sampling); its forwards and host reads are
+        those it took part in (``self.host_reads``: the batch's reads); ``seconds`` (and target/draft seconds) are its
+        equal share of the group's. Each row slot keeps its own drafter (``Drafter.fork``) across calls, so state kept
+        across prompts (Ouroboros' pool) is per row slot. ``seed``: one for every row, or a list with each row's."""
         prompts = [self.check_prompt(p, max_new_tokens) for p in prompts]
         n, seed = len(prompts), self.cfg.seed if seed is None else seed
         seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * n
@@ -259,38 +273,44 @@ class Decoder:
             raise UserError(f"{len(seeds)} seeds for {n} prompts: give one seed, or one per prompt")
         if n == 1:
             return [self.generate(prompts[0], max_new_tokens, seeds[0])]
-        rows = self.rows(n)
-        scheduler = Scheduler()
+        rows = self.row_decoders(n)
         need = max(map(len, prompts)) + max_new_tokens
-        kvs = [batch_kv(self.target, n, scheduler, need, priority=1)]
+        kvs = [BatchKV(self.target, n, need, priority=2)]
         if self.draft is not None:
-            kvs.append(batch_kv(self.draft, n, scheduler, need, priority=0))
+            kvs.append(BatchKV(self.draft, n, need, priority=0))
         for r, row in enumerate(rows):
-            row.bind(kvs[0].row(r), kvs[1].row(r) if self.draft is not None else None)
+            row.bind(kvs[0].row_engine(r), kvs[1].row_engine(r) if self.draft is not None else None)
             row.host_reads, row.batch = 0, n
+        engines = [(row.target, row.draft) for row in rows]
         outs = [Output(self.eos_ids, max_new_tokens) for _ in prompts]
-        bodies = [lambda row=row, p=p, out=out, s=s: out.done or row.decode(p, out, s)
-                  for row, p, out, s in zip(rows, prompts, outs, seeds)]
+        self.host_reads = 0
         sync(self.target.device)
         start = time.perf_counter()
-        scheduler.run(bodies, kvs)
+        try:
+            with torch.inference_mode():
+                steps = {r: row.steps(p, out, s) for r, (row, p, out, s) in enumerate(zip(rows, prompts, outs, seeds))
+                         if not out.done}
+                reads = lockstep(steps, kvs, self.to_host)
+        finally:
+            for row in rows:
+                row.bind(self.target, self.draft)  # tree=auto probes its engine when a generation ends
         sync(self.target.device)
         seconds = time.perf_counter() - start
         target_seconds = kvs[0].clock.seconds
         draft_seconds = kvs[1].clock.seconds if self.draft is not None else 0.0
+        self.host_reads += sum(row.host_reads for row in rows)  # reads a row made alone (none in a plain step)
         results = []
-        for row, out in zip(rows, outs):
+        for r, (row, out, (target, draft)) in enumerate(zip(rows, outs, engines)):
             results.append(DecodeOutput(
-                tokens=out.tokens, target_forwards=row.target.forwards,
-                draft_forwards=row.draft.forwards if row.draft is not None else 0, accepted=out.accepted,
-                seconds=seconds / n, host_reads=row.host_reads, target_seconds=target_seconds / n,
+                tokens=out.tokens, target_forwards=target.forwards,
+                draft_forwards=draft.forwards if draft is not None else 0, accepted=out.accepted,
+                seconds=seconds / n, host_reads=row.host_reads + reads.get(r, 0), target_seconds=target_seconds / n,
                 draft_seconds=draft_seconds / n, batch_size=n))
-            row.bind(self.target, self.draft)  # tree=auto probes its engine when a generation ends
             row.drafter.after_generation()
         self.batch_meta = rows[0].drafter.meta
         return results
 
-    def rows(self, n: int) -> list[Decoder]:
+    def row_decoders(self, n: int) -> list[Decoder]:
         """The first ``n`` row slots: copies of this decoder, each with its own drafter, verifier and read counter."""
         while len(self.row_slots) < n:
             row = copy.copy(self)
@@ -300,23 +320,14 @@ class Decoder:
         return self.row_slots[:n]
 
 
-# decoder option -> module defining its drafter (or, for the generate() peers, its decoder); imported on first use
-DECODER_MODULES = {
-    "ar": "specnoise.decoding.ar",
-    "jacobi": "specnoise.decoding.jacobi",
-    "tr_jacobi": "specnoise.decoding.tr_jacobi",
-    "pld": "specnoise.decoding.pld",
-    "lookahead": "specnoise.decoding.lookahead",
-    "token_recycling": "specnoise.decoding.token_recycling",
-    "sam": "specnoise.decoding.sam",
-    "rest": "specnoise.decoding.rest",
-    "speculative": "specnoise.decoding.speculative",
-    "ouroboros": "specnoise.decoding.ouroboros",
-    "hf_greedy": "specnoise.decoding.hf",
-    "hf_pld": "specnoise.decoding.hf",
-    "hf_assisted": "specnoise.decoding.hf",
-    "hf_static": "specnoise.decoding.hf",
-}
+def decoder_module(name: str) -> str:
+    """The module defining decoder option ``name``'s drafter: ``decoding/<name>.py`` (the generate() peers: hf.py)."""
+    return "specnoise.decoding.hf" if name.startswith("hf_") else f"specnoise.decoding.{name}"
+
+
+# decoder option -> module defining its drafter (or, for the generate() peers, its decoder), imported on first use:
+# one registry, config.DECODER_SCHEMAS, and a naming rule, so the two can never disagree
+DECODER_MODULES = {name: decoder_module(name) for name in DECODER_SCHEMAS}
 _CLASSES: dict[str, type[Decoder]] = {}
 
 

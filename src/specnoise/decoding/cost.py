@@ -8,7 +8,7 @@ from statistics import median
 
 import torch
 
-from specnoise.decoding.batch import BatchKV, Scheduler
+from specnoise.decoding.batch import BatchKV
 from specnoise.decoding.kv import Engine, causal_block, sync
 from specnoise.errors import UserError
 
@@ -53,7 +53,7 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
         def back():
             kv.crop(base)
     else:
-        batch = BatchKV(kv, rows, Scheduler(), need=fill + qs[-1], priority=0)
+        batch = BatchKV(kv, rows, need=fill + qs[-1])
         if prefix:
             batch.forward({r: (prefix, None, None, 1) for r in range(rows)})
 

@@ -8,7 +8,7 @@ dynamic engine costs nothing to share. Decoders never ask which engine they driv
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -16,12 +16,17 @@ from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.static_kv import BUCKETS, StaticEngine
 
 
+@runtime_checkable
 class EngineProtocol(Protocol):
+    """What drafters and the verifier may use of an engine: ``DynamicEngine``, ``StaticEngine`` and a batch row's
+    ``RowEngine`` (batch.py) implement it (tests/test_batch.py checks)."""
+
     device: torch.device
     dtype: torch.dtype
     vocab_size: int
     max_length: int
     forwards: int
+    can_keep_last: bool  # the model's forward takes ``logits_to_keep``
 
     @property
     def length(self) -> int: ...

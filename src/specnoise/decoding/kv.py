@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple
 
 import torch
 from transformers import DynamicCache
@@ -50,6 +52,55 @@ def as_ids(values, device: torch.device) -> torch.Tensor:
 
 def causal_block(q: int, device=None) -> torch.Tensor:
     return torch.ones(q, q, dtype=torch.bool, device=device).tril_()
+
+
+def attention_mask(cached: int | torch.Tensor, keep: torch.Tensor, start: int, width: int,
+                   dtype: torch.dtype) -> torch.Tensor:
+    """The additive 4D mask [B, 1, q, width] of every engine's forward (one builder for all three): a query sees the
+    slots below its row's cached length ``cached`` (an int, or a long device tensor [B] in a batch) and, inside its
+    block at slots [start, start + q), what ``keep`` (bool [q, q], or [B, q, q]) allows; nothing else, so stale slots
+    and pads stay invisible. Built on ``keep``'s device: no host-built mask is copied up."""
+    keep = keep if keep.dim() == 3 else keep[None]
+    B, q = keep.shape[0], keep.shape[-1]
+    slots = torch.arange(width, device=keep.device)
+    seen = (slots < (cached if isinstance(cached, int) else cached.view(-1, 1, 1))).expand(B, q, width).clone()
+    seen[:, :, start:start + q] |= keep
+    mask = torch.zeros(B, 1, q, width, dtype=dtype, device=keep.device)
+    return mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+
+
+class Forward(NamedTuple):
+    """A request that a decoding step yields (``Decoder.steps``, ``Verifier.steps``, draft loops): run
+    ``engine.forward(tokens, positions, tree, last)``; the reply is its logits. Alone, ``drive`` runs it at once; in a
+    batch (batch.py) the rows' requests of one model become one batched forward."""
+
+    engine: Any
+    tokens: Any
+    positions: Any = None
+    tree: torch.Tensor | None = None
+    last: int | None = None
+
+
+class Read(NamedTuple):
+    """A request to read ``tensor`` on the host (the reply: ``tensor.tolist()``), counted; a batch reads every row's
+    waiting tensor in one device-to-host copy."""
+
+    tensor: torch.Tensor
+
+
+def drive(steps: Generator, read: Callable[[torch.Tensor], Any]):
+    """Run a generator of ``Forward`` / ``Read`` requests alone, each served at once (forwards on their engine, reads
+    through ``read``); returns the generator's value. The batch=1 case of batch.py's lock-step loop."""
+    reply = None
+    try:
+        while True:
+            request = steps.send(reply)
+            if isinstance(request, Forward):
+                reply = request.engine.forward(request.tokens, request.positions, request.tree, request.last)
+            else:
+                reply = read(request.tensor)
+    except StopIteration as stop:
+        return stop.value
 
 
 class Graphed:
@@ -135,7 +186,7 @@ class Engine:
         self.forwards = 0
         self.clock = Clock(self.device)
         self.cache_kw = cache_keyword(model)
-        self._can_keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.can_keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
         window = getattr(model.config, "sliding_window", None)
         if window and getattr(model.config, "use_sliding_window", True) and window < self.max_length:
             raise UserError(
@@ -210,10 +261,8 @@ class DynamicEngine(Engine):
         if positions is not None or tree is not None:
             pos = slots if positions is None else as_ids(positions, self.device).view(-1)
             keep = causal_block(q, self.device) if tree is None else tree.to(self.device)
-            mask = torch.zeros(1, 1, q, P + q, dtype=self.dtype, device=self.device)
-            mask[0, 0, :, P:].masked_fill_(~keep, torch.finfo(self.dtype).min)
-            kwargs.update(position_ids=pos.view(1, -1), attention_mask=mask)
-        if last is not None and self._can_keep_last:
+            kwargs.update(position_ids=pos.view(1, -1), attention_mask=attention_mask(P, keep, P, P + q, self.dtype))
+        if last is not None and self.can_keep_last:
             kwargs["logits_to_keep"] = last
         with numerics(self.model), self.clock.timing():  # the model's attention-backend / strict-numerics policy
             logits = self.model(input_ids=ids, **kwargs).logits

@@ -25,6 +25,7 @@ from functools import lru_cache, partial
 import torch
 
 from specnoise.decoding.base import Drafter
+from specnoise.decoding.kv import Read
 from specnoise.decoding.lookahead import Window
 from specnoise.decoding.ngram import NGramPool
 from specnoise.decoding.sampling import fit_vocab, warp
@@ -103,6 +104,14 @@ class Ouroboros(Drafter):
         self.pool = NGramPool(self.cfg.W)  # G = W (OUR-R asserts it)
         self.sampled = self.cfg.sampled_drafts and self.cfg.temperature > 0
         self.hooks: dict = {}  # one KeepDraws per window shape: the verifier keeps one device function per hook
+        self.drafting = self.draft_verifier()
+
+    def draft_verifier(self) -> Verifier:
+        """The draft's lookahead steps, in the target's vocabulary, on the decoder's draft engine: greedy, or with
+        sampled drafts drawn from the draft's warped distributions with its own uniforms (never the target's). One
+        per decoder and engine, so its per-shape device functions (CUDA graphs on a graph engine) are built once, not
+        inside each prompt's timed region."""
+        return Verifier(self.draft, self.read, sampling=self.cfg if self.sampled else None, vocab=self.vocab)
 
     def reset_history(self):
         self.pool.clear()
@@ -121,18 +130,17 @@ class Ouroboros(Drafter):
             self.pool.clear()
         noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
         self.window = Window(self.cfg.phrase_len + 1, self.cfg.W, self.pool, prompt, noise, self.cfg.faithful)
-        # the draft's lookahead steps, in the target's vocabulary, each one read: greedy, or with sampled drafts
-        # drawn from the draft's warped distributions with its own uniforms (never the target's)
-        self.drafting = Verifier(self.draft, self.read, sampling=self.cfg if self.sampled else None, vocab=self.vocab)
+        if self.drafting.engine is not self.draft:  # a batch row's engine, or back from one
+            self.drafting = self.draft_verifier()
         if self.sampled:
             self.drafting.begin(prompt, seed + 1)
             self.generator = prompt_generator(seed + 1, prompt)  # the token-by-token ablation's draws
             self.drawn = 0  # uniforms the draft steps have used: each step takes fresh ones
 
-    def propose(self, room):
+    def propose_steps(self, room):
         cfg, M = self.cfg, self.cfg.phrase_len
         # 1. draft; drafts past the budget could never be emitted
-        self.d, self.fed, q = self.make_draft(min(cfg.gamma, room))
+        self.d, self.fed, q = yield from self.make_draft(min(cfg.gamma, room))
         # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
         # (which also keeps their positions inside the context)
         self.key, self.m = self.d[-1] if self.d else self.seq[-1], min(M, room - len(self.d))
@@ -150,21 +158,23 @@ class Ouroboros(Drafter):
         if self.m == self.cfg.phrase_len:  # phrases cut short near the budget are no pool material
             self.harvest(v.extra, v.accepted)
 
-    def make_draft(self, want: int) -> tuple[list[int], list[int], torch.Tensor | None]:
+    def make_draft(self, want: int):
         """Up to ``want`` draft tokens after ``seq`` (cut after an EOS), all the tokens the draft model has seen, and
-        with sampled drafts the distributions they were drawn from ([len(d), vocab] on the draft's device)."""
+        with sampled drafts the distributions they were drawn from ([len(d), vocab] on the draft's device); a
+        generator of the draft's forwards and reads (kv.py)."""
         seq = self.seq
         if want <= 0:
             return [], list(seq), None
         if not self.cfg.phrase_drafting:  # ablation: plain token-by-token drafting
             probs = partial(warp, cfg=self.cfg) if self.sampled else None
-            tokens, q = draft_tokens(self.draft, seq, want, self.vocab, probs, self.generator if self.sampled else None)
-            d = self.read(tokens)
+            tokens, q = yield from draft_tokens(self.draft, seq, want, self.vocab, probs,
+                                                self.generator if self.sampled else None)
+            d = yield Read(tokens)
             return d, seq + d, q
         d: list[int] = []
         qs: list[torch.Tensor] = []
         while len(d) < want and not self.decoder.eos_ids.intersection(d):
-            tokens, q = self.draft_step(seq + d)
+            tokens, q = yield from self.draft_step(seq + d)
             d += tokens
             qs.append(q)
         fed = seq + d
@@ -175,9 +185,9 @@ class Ouroboros(Drafter):
         d = d[:want]
         return d, fed, torch.cat(qs)[:len(d)] if self.sampled else None
 
-    def draft_step(self, tokens: list[int]) -> tuple[list[int], torch.Tensor | None]:
+    def draft_step(self, tokens: list[int]):
         """One lookahead step of the draft model after ``tokens`` (the uncached ones fed): its accepted tokens (and,
-        sampled, their distributions)."""
+        sampled, their distributions); a generator of the step's forward and read."""
         proposal = self.window.propose(tokens[-1], self.draft.device)
         base = 0
         if self.sampled:
@@ -186,7 +196,7 @@ class Ouroboros(Drafter):
                 self.hooks[shape] = KeepDraws(proposal.after, shape.rows, self.cfg, self.vocab)
             proposal.after, base = self.hooks[shape], self.drawn
             self.drawn += shape.span  # fresh uniforms every step: a redrafted position never reuses a draw
-        v = self.drafting.step(tokens[self.draft.length:], proposal, base=base)
+        v = yield from self.drafting.steps(tokens[self.draft.length:], proposal, base=base)
         self.drafting.commit(v)
         self.window.advance(tokens[-1], v.extra)
         return v.tokens, v.kept[:len(v.tokens)] if self.sampled else None

@@ -16,7 +16,7 @@ from functools import partial
 import torch
 
 from specnoise.decoding.base import Drafter
-from specnoise.decoding.kv import Engine
+from specnoise.decoding.kv import Engine, Forward
 from specnoise.decoding.sampling import fit_vocab, sample, warp
 from specnoise.decoding.verifier import Proposal, prompt_generator
 from specnoise.errors import UserError
@@ -51,8 +51,10 @@ def check_draft_context(draft: Engine, prompt: list[int], budget: int) -> None:
 
 def draft_tokens(draft: Engine, seq: list[int], n: int, vocab: int,
                  probs: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``n`` tokens from the draft after ``seq``, feeding it only what its cache lacks; the last one is not fed.
+                 generator: torch.Generator | None = None):
+    """``n`` tokens from the draft after ``seq``, feeding it only what its cache lacks; the last one is not fed. A
+    generator of the draft forwards (kv.py ``Forward``; a batch runs every drafting row's together) whose value is
+    (tokens, q).
 
     Greedy when ``probs`` is None; else each token is sampled from ``probs(logits)``. The tokens (long [n]) and,
     when sampling, their distributions q ([n, vocab]) stay on the device: each is fed back without a read, and the
@@ -62,7 +64,7 @@ def draft_tokens(draft: Engine, seq: list[int], n: int, vocab: int,
     q = None if probs is None else torch.empty(n, vocab, device=draft.device)
     if n <= 0:
         return tokens, q
-    logits = draft.forward(seq[draft.length:], last=1)[-1]
+    logits = (yield Forward(draft, seq[draft.length:], last=1))[-1]
     for i in range(n):
         logits = fit_vocab(logits, vocab)
         if probs is None:
@@ -71,7 +73,7 @@ def draft_tokens(draft: Engine, seq: list[int], n: int, vocab: int,
             q[i] = probs(logits)
             tokens[i] = sample(q[i], generator)
         if i + 1 < n:
-            logits = draft.forward(tokens[i:i + 1])[-1]
+            logits = (yield Forward(draft, tokens[i:i + 1]))[-1]
     return tokens, q
 
 
@@ -98,9 +100,9 @@ class Speculative(Drafter):
         self.generator = prompt_generator(seed + 1, prompt)  # the draft's own draws, per prompt
         self.gamma = self.cfg.gamma
 
-    def propose(self, room):
+    def propose_steps(self, room):
         self.n = min(self.gamma, room)  # drafts past the budget could never be emitted
-        drafts, q = draft_tokens(self.draft, self.seq, self.n, self.vocab, self.q_of, self.generator)
+        drafts, q = yield from draft_tokens(self.draft, self.seq, self.n, self.vocab, self.q_of, self.generator)
         drafts = drafts.to(self.target.device)
         return Proposal(drafts, self.chain(drafts).shape, q=None if q is None else q.to(self.target.device))
 

@@ -12,9 +12,10 @@ of experiments/gpu/README.md). This engine removes the shape changes that stop c
   * crop = moving the write offset back; compaction = in-place index copies (``Engine.compact``).
 Longer blocks (a long prompt's prefill) run eagerly, unpadded, on the same cache.
 
-In transformers 5.23 each ``StaticLayer`` keeps its own write offset (``cumulative_length``, a tensor with a static
-address) and ignores ``cache_position``; the offsets always equal ``length`` between calls, so moving them is one
-fused ``_foreach_add_``. The host keeps ``length`` as a Python int: no forward or crop reads the device.
+In transformers 5.17-5.24 (pyproject's range) each ``StaticLayer`` keeps its own write offset (``cumulative_length``,
+a tensor with a static address) and ignores ``cache_position``; the offsets always equal ``length`` between calls,
+so moving them is one fused ``_foreach_add_``. The host keeps ``length`` as a Python int: no forward or crop reads
+the device.
 
 GPU check (compiled vs eager tokens and timings, one command): ``python -m specnoise.bench.engine_check``.
 """
@@ -27,7 +28,7 @@ import torch
 from transformers import StaticCache
 
 from specnoise.config import STATIC_BUCKETS
-from specnoise.decoding.kv import Engine, Graphed, as_ids, causal_block
+from specnoise.decoding.kv import Engine, Graphed, as_ids, attention_mask, causal_block
 from specnoise.numerics import numerics
 
 BUCKETS = STATIC_BUCKETS  # padded block sizes (model.static_buckets' default): one compiled graph each
@@ -113,7 +114,7 @@ class StaticEngine(Engine):
             elif size in self.buckets:
                 logits = self._step(ids, pos, mask)[0, rows].float()
             else:
-                kwargs = {"logits_to_keep": last} if last is not None and self._can_keep_last else {}
+                kwargs = {"logits_to_keep": last} if last is not None and self.can_keep_last else {}
                 logits = self._logits(ids, pos, mask, **kwargs)[0]
                 logits = (logits[-last:] if last is not None else logits).float()
         self._shift(q - size)  # the model advanced every offset by the padded size
@@ -128,11 +129,7 @@ class StaticEngine(Engine):
 
     def _mask(self, P: int, keep: torch.Tensor) -> torch.Tensor:
         """[1, 1, block, capacity] additive mask: every cached slot below P, the block by ``keep``, nothing else."""
-        q = keep.shape[0]
-        mask = torch.full((1, 1, q, self.capacity), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
-        mask[..., :P] = 0
-        mask[0, 0, :, P:P + q].masked_fill_(keep, 0)
-        return mask
+        return attention_mask(P, keep, P, self.capacity, self.dtype)
 
     # ------------------------------------------------------------------------------------------ the cache
     def _ensure(self, need: int) -> None:

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from specnoise.decoding.kv import as_ids, upload
+from specnoise.decoding.kv import Forward, Read, as_ids, drive, upload
 from specnoise.decoding.sampling import draw, residual, warp
 from specnoise.decoding.trees import with_prefix
 
@@ -189,18 +189,23 @@ class Verifier:
     def step(self, pending: torch.Tensor | list[int], proposal: Proposal, base: int) -> Verdict:
         """Verify ``proposal`` after ``pending`` (tokens without KV yet, the root last) in one forward; ``base``:
         tokens emitted before this step. The KV is committed by ``commit`` once the verdict is taken."""
+        return drive(self.steps(pending, proposal, base), self.read)
+
+    def steps(self, pending: torch.Tensor | list[int], proposal: Proposal, base: int):
+        """``step`` as a generator of its two requests, the forward and the read (kv.py): alone ``drive`` serves them
+        at once; in a batch (batch.py) every row's forward is one batched forward and every row's read one read."""
         engine, shape = self.engine, proposal.shape
         pending, tokens = as_ids(pending, engine.device), as_ids(proposal.tokens, engine.device)
         P, m = engine.length, pending.numel()
         root = P + m - 1
         block = torch.cat([pending, tokens]) if tokens.numel() else pending
         if shape.causal:
-            logits = engine.forward(block, last=shape.last)
+            logits = yield Forward(engine, block, last=shape.last)
         else:
             positions = (shape.offsets + root).clamp_(max=engine.max_length - 1)  # guesses may reach past the context
             if m > 1:
                 positions = torch.cat([torch.arange(P, root, device=engine.device), positions])
-            logits = engine.forward(block, positions, with_prefix(shape.mask, m - 1), last=shape.last)
+            logits = yield Forward(engine, block, positions, with_prefix(shape.mask, m - 1), shape.last)
         if self.vocab is not None:
             logits = logits[:, :self.vocab]
         nodes = tokens[:shape.nodes] if shape.prefix else tokens.index_select(0, shape.rows[1:] - 1)
@@ -212,7 +217,7 @@ class Verifier:
         if rejection:
             args += (proposal.q,)
         read, kept, y, bonus, path = fn(*args)
-        values = self.read(read)
+        values = yield Read(read)
         a, span = values[0], shape.span
         return Verdict(tokens=values[1:a + 2], path=values[1 + span:1 + 2 * span], extra=values[1 + 2 * span:],
                        kept=kept, y=y, bonus=bonus, root=root, shape=shape, device_path=path)
