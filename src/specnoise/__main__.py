@@ -54,6 +54,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     summary: dict = {}
     model_path = conf.model.path
+    if conf.train.name == "none":  # a config error before any weights load, not an out-of-memory crash after
+        from specnoise.planner import check_memory
+
+        check_memory(conf)
     if conf.train.name != "none":
         from specnoise.bench.progress import trained_model
         from specnoise.training import train

@@ -31,6 +31,17 @@ def context_length(config) -> int:
     return 1 << 30
 
 
+def execution_device(model: torch.nn.Module) -> torch.device:
+    """Where a model takes its inputs (and, through accelerate's io_same_device hook, returns its logits): for a model
+    dispatched by a device map, accelerate's main device (the first one that is neither ``cpu`` nor ``disk``, else the
+    CPU); else its parameters' device. Every tensor a decoder creates lives here, never on a hard-coded device."""
+    mapping = getattr(model, "hf_device_map", None)
+    if mapping and len(set(mapping.values())) > 1 or mapping and "disk" in mapping.values():
+        devices = set(mapping.values()) - {"cpu", "disk"}
+        return torch.device(list(devices)[0]) if devices else torch.device("cpu")  # accelerate's own choice
+    return next(model.parameters()).device
+
+
 @dataclass
 class LoadedModel:
     name: str
@@ -46,7 +57,7 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return execution_device(self.model)
 
     @property
     def max_length(self) -> int:
@@ -116,6 +127,11 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
     path = str(path or cfg.path)
     tokenizer = load_tokenizer(cfg, path, role)
     device = resolve_device(cfg.device)
+    static = use_static_cache(cfg.static_cache, cfg.compile, device)
+    if static and (cfg.device_map is not None or cfg.tp_plan):
+        raise UserError(f"{role}.static_cache with {role}.{'device_map' if cfg.device_map is not None else 'tp_plan'}"
+                        f": the static engine runs on one device only; use the dynamic engine ({role}.static_cache="
+                        f"false, {role}.compile=false)")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path,
@@ -123,14 +139,30 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
             dtype=resolve_dtype(cfg.dtype, device),
             attn_implementation=cfg.attn_implementation,
             trust_remote_code=cfg.trust_remote_code,
+            **placement(cfg),
         )
     except OSError as err:
         raise unreachable(cfg, path, role, err) from err
-    model.to(device).eval()
+    if cfg.device_map is None and not cfg.tp_plan:
+        model.to(device)
+    model.eval()
     use_numerics(model, backends=cfg.sdpa_backends)
     return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template,
-                       static_cache=use_static_cache(cfg.static_cache, cfg.compile, device), compile=cfg.compile,
-                       buckets=tuple(cfg.static_buckets))
+                       static_cache=static, compile=cfg.compile, buckets=tuple(cfg.static_buckets))
+
+
+def placement(cfg: ModelConfig) -> dict:
+    """from_pretrained's placement arguments: accelerate's dispatch for a device map (``max_memory`` caps per device,
+    disk offload into ``offload_folder``), transformers' tensor parallel over the torchrun processes for ``tp_plan``."""
+    if cfg.device_map is not None:
+        memory = {int(k) if str(k).isdigit() else str(k): str(v) for k, v in (cfg.max_memory or {}).items()}
+        return {"device_map": dict(cfg.device_map) if isinstance(cfg.device_map, dict) else cfg.device_map,
+                "max_memory": memory or None, "offload_folder": cfg.offload_folder}
+    if cfg.tp_plan:
+        from transformers.distributed import DistributedConfig
+
+        return {"distributed_config": DistributedConfig(tp_plan=cfg.tp_plan)}
+    return {}
 
 
 def model_context(cfg: ModelConfig, path: str | None = None) -> int:

@@ -23,7 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from specnoise.errors import UserError
-from specnoise.models import context_length
+from specnoise.models import context_length, execution_device
 from specnoise.numerics import numerics
 
 
@@ -128,7 +128,7 @@ class Engine:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = execution_device(model)  # a device-mapped model's inputs and logits live there
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_length = context_length(model.config)
