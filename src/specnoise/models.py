@@ -23,12 +23,49 @@ def use_static_cache(setting, compile: bool, device: torch.device) -> bool:
 
 
 def context_length(config) -> int:
-    """Positions a model can take, from its config (the one place that reads it); unbounded without a limit."""
+    """Positions a model can take, from its config (the one place that reads it); unbounded without a limit.
+
+    A sliding-window model (Mistral v0.1, Gemma 2/3, OLMo 3, ...) attends to its last ``window`` tokens only. Both
+    engines keep a dense cache, which is exact while prompt + new tokens stay inside the window (the model's own
+    rolling cache could not be cropped or compacted): so the window is the context here, and a longer prompt or
+    budget is refused with these numbers, or skipped by a benchmark like any over-long prompt."""
+    limit = 1 << 30
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
-            return value
-    return 1 << 30
+            limit = value
+            break
+    return min(limit, sliding_window(config) or limit)
+
+
+def sliding_window(config) -> int | None:
+    """The window of a model whose layers (some or all) attend to the last ``window`` tokens only; None when none do
+    (Qwen2's ``use_sliding_window=false``, ``layer_types`` without sliding layers)."""
+    text = config.get_text_config()
+    window = getattr(text, "sliding_window", None)
+    if not window or getattr(text, "use_sliding_window", True) is False:
+        return None
+    types = getattr(text, "layer_types", None)
+    return window if types is None or "sliding_attention" in types else None
+
+
+# Layers whose state is a recurrence (Mamba, linear attention, convolutions), not a KV cache: nothing the verifier can
+# crop back to the accepted tokens, and no 4D mask to verify a tree with.
+RECURRENT_LAYERS = ("linear_attention", "mamba", "conv", "hybrid", "recurrent", "rwkv")
+RECURRENT_TYPES = ("mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm")
+
+
+def check_architecture(config, name: str) -> None:
+    """Refuse, before loading, a model whose layers cannot take an additive 4D tree mask over a croppable KV cache
+    (what every decoder's verifier step needs)."""
+    text = config.get_text_config()
+    types = set(getattr(text, "layer_types", None) or ())
+    recurrent = sorted(t for t in types if any(word in t for word in RECURRENT_LAYERS))
+    if recurrent or text.model_type in RECURRENT_TYPES:
+        what = f"layers of type {', '.join(recurrent)}" if recurrent else f"a {text.model_type} architecture"
+        raise UserError(f"model {name} ({text.model_type}) has {what}: a recurrent state, not a KV cache, so it "
+                        "cannot verify a tree of guesses under a 4D attention mask nor drop rejected tokens; use an "
+                        "attention-only model")
 
 
 def execution_device(model: torch.nn.Module) -> torch.device:
@@ -128,9 +165,13 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
     tokenizer = load_tokenizer(cfg, path, role)
     device = resolve_device(cfg.device)
     static = use_static_cache(cfg.static_cache, cfg.compile, device)
-    if static and (cfg.device_map is not None or cfg.tp_plan):
-        raise UserError(f"{role}.static_cache with {role}.{'device_map' if cfg.device_map is not None else 'tp_plan'}"
-                        f": the static engine runs on one device only; use the dynamic engine ({role}.static_cache="
+    config = model_config(cfg, path)  # what config.json alone refutes, before the weights load
+    check_architecture(config, cfg.name)
+    if static and (cfg.device_map is not None or cfg.tp_plan or sliding_window(config)):
+        why = ("runs on one device only" if cfg.device_map is not None or cfg.tp_plan else
+               f"would give {cfg.name}'s sliding-window layers transformers' rolling cache (window "
+               f"{sliding_window(config)}), which it cannot crop")
+        raise UserError(f"{role}.static_cache: the static engine {why}; use the dynamic engine ({role}.static_cache="
                         f"false, {role}.compile=false)")
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -165,17 +206,24 @@ def placement(cfg: ModelConfig) -> dict:
     return {}
 
 
-def model_context(cfg: ModelConfig, path: str | None = None) -> int:
-    """The model's context (positions) from its config alone, so a budget that cannot fit fails before the weights
-    load; unbounded (1 << 30) for architectures without learned or fixed positions."""
+def model_config(cfg: ModelConfig, path: str | None = None):
+    """The model's transformers config alone (seconds, where the weights may take minutes)."""
     from transformers import AutoConfig
 
     path = str(path or cfg.path)
     check_local(cfg, path, "model")
     try:
-        config = AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+        return AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     except OSError as err:
         raise unreachable(cfg, path, "model", err) from err
+
+
+def model_context(cfg: ModelConfig, path: str | None = None) -> int:
+    """The model's context (positions) from its config alone, so a budget that cannot fit fails before the weights
+    load; unbounded (1 << 30) for architectures without learned or fixed positions. Refuses an architecture no
+    decoder can verify."""
+    config = model_config(cfg, path)
+    check_architecture(config, cfg.name)
     return context_length(config)
 
 

@@ -136,12 +136,7 @@ class Engine:
         self.clock = Clock(self.device)
         self.cache_kw = cache_keyword(model)
         self._can_keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
-        window = getattr(model.config, "sliding_window", None)
-        if window and getattr(model.config, "use_sliding_window", True) and window < self.max_length:
-            raise UserError(
-                f"{model.config.model_type}: sliding-window attention (window {window}) keeps a rolling cache that "
-                "cannot be cropped or compacted; set the model's sliding_window to null or use a dense-cache model"
-            )
+        # a sliding window is the context (models.context_length): the dense cache is exact inside it
 
     @property
     def seconds(self) -> float:
