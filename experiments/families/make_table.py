@@ -20,10 +20,9 @@ sys.path.insert(0, str(HERE.parents[1] / "tests"))
 torch.set_num_threads(1)
 
 from helpers_families import FAMILIES, family_config  # noqa: E402
-from test_families import ENGINE_DECODERS, check_lossless  # noqa: E402
-
 from specnoise.decoding.base import DECODER_MODULES  # noqa: E402
 from specnoise.models import sliding_window  # noqa: E402
+from test_families import ENGINE_DECODERS, check_lossless  # noqa: E402
 
 
 def passed(family: str, names: list[str], static: bool = False) -> tuple[int, list[str]]:
@@ -51,7 +50,7 @@ def main() -> None:
             ok, failed = passed(family, ENGINE_DECODERS, static=True)
             static = f"{ok}/{len(ENGINE_DECODERS)} lossless" + (f"; fails: {', '.join(failed)}" if failed else "")
         tp = "yes" if getattr(config, "base_model_tp_plan", None) else "no"
-        rows.append(f"| {family} | {f'yes (prompt + budget <= window)' if window else 'no'} | {dynamic} | "
+        rows.append(f"| {family} | {'yes (prompt + budget <= window)' if window else 'no'} | {dynamic} | "
                     f"{static} | {tp} |")
         print(rows[-1], flush=True)
     (HERE / "table.md").write_text("\n".join(rows) + "\n")

@@ -23,7 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from specnoise.errors import UserError
-from specnoise.models import context_length, execution_device
+from specnoise.models import context_length, execution_device, sliding_window
 from specnoise.numerics import numerics
 
 
@@ -46,6 +46,13 @@ def as_ids(values, device: torch.device) -> torch.Tensor:
     if isinstance(values, torch.Tensor):
         return values.to(device=device, dtype=torch.long)
     return upload(values, device)
+
+
+def dense_cache(config) -> DynamicCache:
+    """A DynamicCache of full layers: a sliding-window model's own layers roll once the window fills (a draft's
+    lookahead probes may pass it) and then cannot be cropped; full layers are exact inside the window, which is such a
+    model's context here (models.context_length)."""
+    return DynamicCache() if sliding_window(config) else DynamicCache(config=config)
 
 
 def causal_block(q: int, device=None) -> torch.Tensor:
@@ -176,10 +183,10 @@ class DynamicEngine(Engine):
 
     def __init__(self, model: torch.nn.Module):
         super().__init__(model)
-        self.cache = DynamicCache(config=model.config)
+        self.cache = dense_cache(model.config)
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = dense_cache(self.model.config)
         self.forwards = 0
         self.clock.reset()
 
