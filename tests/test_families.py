@@ -108,3 +108,47 @@ def test_recurrent_architectures_refused_before_loading(tmp_path, model_type):
     AutoConfig.for_model(model_type).save_pretrained(tmp_path)  # config.json alone: no weights to load
     with pytest.raises(UserError, match="recurrent state"):
         model_context(ModelConfig(name=model_type, path=str(tmp_path)))
+
+
+# ------------------------------------------------------------------------------------------ tensor parallel
+TP_FAMILIES = [f for f in FAMILIES if getattr(family_config(f), "base_model_tp_plan", None)]
+
+
+def save_family(root, family: str) -> None:
+    """``family``'s tiny target (and a 1-layer draft) with a tokenizer, for from_pretrained under torchrun."""
+    tok = tiny_tokenizer()
+    for name, model in ((family, family_model(family)), (f"{family}-draft", family_model(family, layers=1, seed=1))):
+        model.model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+
+
+def run_tp_families(root, families: list[str]) -> dict:
+    """Every family's tokens with the target split over 2 torchrun processes (tests/tp_families.py)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    for family in families:
+        save_family(root, family)
+    (root / "prompts.json").write_text(json.dumps({"prompts": PROMPTS, "new_tokens": NEW_TOKENS}))
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": str(here.parent / "src"), "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29531"]
+    done = subprocess.run([*torchrun, str(here / "tp_families.py"), str(root), *families], env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((root / "tp.json").read_text())
+
+
+@pytest.mark.slow
+def test_tensor_parallel_two_processes_match_one(tmp_path):
+    from tp_families import TP_DECODERS, as_loaded, decode
+
+    found = run_tp_families(tmp_path, TP_FAMILIES)
+    for family in TP_FAMILIES:
+        assert "error" not in found[family], f"{family}: {found[family]}"
+        one = decode(as_loaded(tmp_path / family, tp=False), as_loaded(tmp_path / f"{family}-draft", tp=False),
+                     PROMPTS, NEW_TOKENS)
+        assert {name: found[family][name] for name in TP_DECODERS} == one, f"{family}: 2 processes differ from 1"
