@@ -256,19 +256,21 @@ def plan(conf: Config, model_path: str | None = None, devices: list[str] | None 
         if not tp_size_ok(target, world):
             raise UserError(f"model.tp_plan=auto over {world} processes: {target.name} has {target.heads} attention "
                             f"and {target.kv_heads} KV heads, which must divide by the process count")
-        need = target.total / world + extra
+        split_draft = draft is not None and conf.draft.tp_plan
+        need = target.total / world + (extra / world if split_draft else extra)
         if accelerator:
             fits = world <= len(found) and need <= min(usable)
-            layout = f"tensor parallel over {world} devices: {gb(need)} per device (draft whole on each)"
+            layout = (f"tensor parallel over {world} devices: {gb(need)} per device"
+                      + ("" if draft is None or split_draft else " (the draft whole on each)"))
         else:  # every rank of a CPU run shares the host's memory
             fits, layout = world * need <= usable[0], f"tensor parallel over {world} CPU processes: {gb(world * need)}"
     elif model.device_map is not None:
         need = target.total + extra
-        capacity = sum(usable) if accelerator else 0
-        if accelerator and model.max_memory and "cpu" in model.max_memory:
-            capacity += parse_size(model.max_memory["cpu"])
-        elif not accelerator:
-            capacity = usable[0]
+        caps = {str(k): parse_size(v) for k, v in (model.max_memory or {}).items()}  # accelerate's per-device limits
+        if accelerator:
+            capacity = sum(min(free, caps.get(str(i), free)) for i, free in enumerate(usable)) + caps.get("cpu", 0)
+        else:
+            capacity = min(usable[0], caps.get("cpu", usable[0]))
         fits = need <= capacity or model.offload_folder is not None
         layout = (f"device map ({model.device_map}) over {len(found)} device(s): {gb(need)} of {gb(capacity)}"
                   + (", the rest offloaded to disk" if model.offload_folder and need > capacity else ""))
