@@ -22,6 +22,7 @@ from specnoise.models import LoadedModel, load_model  # noqa: E402
 from specnoise.ranks import check_agree, rank  # noqa: E402
 
 TP_DECODERS = ["ar", "tr_jacobi", "lookahead", "speculative"]
+ATTENTION = {"gemma2": "eager"}  # transformers has no SDPA path for Gemma 2 (its logit soft-capping)
 
 
 def decode(model: LoadedModel, draft: LoadedModel, prompts: list[list[int]], new_tokens: int) -> dict:
@@ -30,8 +31,9 @@ def decode(model: LoadedModel, draft: LoadedModel, prompts: list[list[int]], new
 
 
 def as_loaded(path: Path, tp: bool) -> LoadedModel:
+    family = path.name.removesuffix("-draft")
     loaded = load_model(ModelConfig(name=path.name, path=str(path), tp_plan="auto" if tp else None,
-                                    static_cache=False))
+                                    static_cache=False, attn_implementation=ATTENTION.get(family, "sdpa")))
     return LoadedModel(loaded.name, loaded.path, loaded.model, loaded.tokenizer, frozenset({EOS}), "raw")
 
 

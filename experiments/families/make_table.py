@@ -4,8 +4,9 @@ cache allows it), greedy tokens equal to AR's on 2 prompts x 24 tokens of tiny r
 
     PYTHONPATH=src python experiments/families/make_table.py   # ~10 min on one core of a shared 2-core CPU
 
-The TP column is transformers' own: whether the family's config carries a tensor-parallel plan (base_model_tp_plan);
-experiments/tensor-parallel/ says what a 2-process run of the shipped models shows.
+The TP column: for the families whose config carries a tensor-parallel plan (base_model_tp_plan), the target split over
+2 torchrun processes (gloo) by test_families.run_tp_families, with AR, tr_jacobi, lookahead and speculative: tokens
+identical to 1 process, and every decoder equal to AR.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ torch.set_num_threads(1)
 from helpers_families import FAMILIES, family_config  # noqa: E402
 from specnoise.decoding.base import DECODER_MODULES  # noqa: E402
 from specnoise.models import sliding_window  # noqa: E402
-from test_families import ENGINE_DECODERS, check_lossless  # noqa: E402
+from test_families import (  # noqa: E402
+    ENGINE_DECODERS,
+    NEW_TOKENS,
+    PROMPTS,
+    TP_FAMILIES,
+    check_lossless,
+    run_tp_families,
+)
+from tp_families import TP_DECODERS, as_loaded, decode  # noqa: E402
 
 
 def passed(family: str, names: list[str], static: bool = False) -> tuple[int, list[str]]:
@@ -35,8 +44,28 @@ def passed(family: str, names: list[str], static: bool = False) -> tuple[int, li
     return len(names) - len(failed), failed
 
 
+def tp_verdicts() -> dict[str, str]:
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="specnoise-tp-families-"))
+    found = run_tp_families(root, TP_FAMILIES)
+    verdicts = {}
+    for family in TP_FAMILIES:
+        if "error" in found[family]:
+            verdicts[family] = f"fails: {found[family]['error']}"
+            continue
+        one = decode(as_loaded(root / family, tp=False), as_loaded(root / f"{family}-draft", tp=False), PROMPTS,
+                     NEW_TOKENS)
+        same = all(found[family][n] == one[n] for n in TP_DECODERS)
+        lossless = all(found[family][n] == found[family]["ar"] for n in TP_DECODERS)
+        verdicts[family] = ("2 processes = 1, lossless" if same and lossless else
+                            f"{'same' if same else 'DIFFERENT'} tokens, {'lossless' if lossless else 'NOT lossless'}")
+    return verdicts
+
+
 def main() -> None:
-    rows = ["| family (model_type) | sliding window | dynamic engine | static engine | TP plan in transformers |",
+    tp = tp_verdicts()
+    rows = ["| family (model_type) | sliding window | dynamic engine | static engine | tensor parallel (2 processes) |",
             "|---|---|---|---|---|"]
     every = list(DECODER_MODULES)
     for family in FAMILIES:
