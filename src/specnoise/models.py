@@ -200,8 +200,10 @@ def placement(cfg: ModelConfig) -> dict:
         return {"device_map": dict(cfg.device_map) if isinstance(cfg.device_map, dict) else cfg.device_map,
                 "max_memory": memory or None, "offload_folder": cfg.offload_folder}
     if cfg.tp_plan:
-        from transformers.distributed import DistributedConfig
-
+        try:
+            from transformers.distributed import DistributedConfig
+        except ImportError:  # transformers before DistributedConfig took the plan directly
+            return {"tp_plan": cfg.tp_plan}
         return {"distributed_config": DistributedConfig(tp_plan=cfg.tp_plan)}
     return {}
 
