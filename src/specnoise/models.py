@@ -73,7 +73,7 @@ def execution_device(model: torch.nn.Module) -> torch.device:
     dispatched by a device map, accelerate's main device (the first one that is neither ``cpu`` nor ``disk``, else the
     CPU); else its parameters' device. Every tensor a decoder creates lives here, never on a hard-coded device."""
     mapping = getattr(model, "hf_device_map", None)
-    if mapping and len(set(mapping.values())) > 1 or mapping and "disk" in mapping.values():
+    if mapping and (len(set(mapping.values())) > 1 or "disk" in mapping.values()):  # accelerate hooks it
         devices = set(mapping.values()) - {"cpu", "disk"}
         return torch.device(list(devices)[0]) if devices else torch.device("cpu")  # accelerate's own choice
     return next(model.parameters()).device
