@@ -84,11 +84,17 @@ def test_compact_of_a_contiguous_prefix_is_a_crop(target):
     assert torch.allclose(kv.forward([9])[-1], causal_logits(target.model, [3, 4, 5, 6, 9])[-1], atol=1e-5)
 
 
-def test_sliding_window_models_are_rejected():
+def test_sliding_window_models_run_on_a_dense_cache_inside_the_window():
+    """The window is the context (models.context_length); a probe past it (a draft's lookahead block) is cropped back,
+    which transformers' own sliding layers cannot do once the window has filled."""
     config = MistralConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, sliding_window=16)
-    with pytest.raises(UserError, match="sliding"):
-        DynamicEngine(MistralForCausalLM(config))
+    kv = DynamicEngine(MistralForCausalLM(config))
+    assert kv.max_length == 16
+    kv.forward(list(range(3, 15)))
+    kv.forward(list(range(20, 28)))  # 12 + 8 slots: past the window
+    kv.crop(12)
+    assert kv.length == 12
 
 
 # ------------------------------------------------------------------------------------ tree templates

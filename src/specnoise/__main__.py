@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from specnoise.conf_store import register
 from specnoise.config import Config, UserError, config_dir
 from specnoise.files import RunDirBusy, RunLock, write_atomic
+from specnoise.ranks import quiet_rank_args, rank, tensor_parallel
 
 log = logging.getLogger("specnoise")
 register()  # the schemas and the ${asset:} resolver, before Hydra composes anything
@@ -59,6 +60,10 @@ def run(cfg: DictConfig, run_dir: Path, tuning: bool = False) -> dict | float:
 
     summary: dict = {}
     model_path = conf.model.path
+    if conf.train.name == "none":  # a config error before any weights load, not an out-of-memory crash after
+        from specnoise.planner import check_memory
+
+        check_memory(conf)
     if conf.train.name != "none":
         from specnoise.bench.progress import trained_model
         from specnoise.training import train
@@ -166,6 +171,9 @@ def entry() -> None:
     """``python -m specnoise`` and the ``specnoise`` script: checks and locks a named run directory, runs Hydra,
     and maps what Hydra refuses before the job starts to exit status 2 (bad input) instead of Hydra's 1."""
     run_dir = named_run_dir(sys.argv[1:])
+    if rank() != 0 and tensor_parallel(sys.argv[1:]):  # rank 0 alone checks, locks and writes the run directory
+        sys.argv[1:] = quiet_rank_args(sys.argv[1:], run_dir)
+        run_dir = None
     try:
         lock: contextlib.AbstractContextManager = contextlib.nullcontext()
         if run_dir is not None and os.environ.get("RANK", "0") == "0":

@@ -10,6 +10,7 @@ trace deep inside a stage.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -47,6 +48,7 @@ def config_dir() -> Path:
 STATIC_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 72, 128)
 DTYPES = ("float32", "float16", "bfloat16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's strategies
 ATTN = ("sdpa", "sdpa_gqa", "eager")  # sdpa_gqa: SDPA without repeat_kv's cache copies (attention.py)
 SDPA_BACKENDS = ("flash", "efficient", "math", "cudnn")
 TEMPLATES = ("raw", "chat", "alpaca", "vicuna", "llama2-chat", "deepseek-coder", "code-instruct")
@@ -80,6 +82,12 @@ class ModelConfig:
     static_cache: Any = "auto"  # true | false | auto (= when compiling): decoders' static-cache engine
     compile: bool = False  # torch.compile the static engine's fixed-shape forwards (CUDA graphs on CUDA)
     static_buckets: list[int] = field(default_factory=lambda: list(STATIC_BUCKETS))
+    # more than one device (README "Beyond one device"): accelerate's dispatch of the weights over the devices,
+    # auto | balanced | balanced_low_0 | sequential | {module: device}; null = all on `device`
+    device_map: Any = None
+    max_memory: Any = None  # {device: size} caps for device_map, e.g. {0: 20GiB, cpu: 60GiB}
+    offload_folder: str | None = None  # device_map's disk offload of what fits no device
+    tp_plan: str | None = None  # auto: transformers' tensor parallel over the torchrun processes
 
     def __post_init__(self) -> None:
         self._check("model")
@@ -96,6 +104,16 @@ class ModelConfig:
               f"got {self.static_buckets}, list block sizes >= 1, e.g. [1,8,16,72]")
         check(not (self.compile and self.static_cache is False), f"{key}.compile",
               f"compiling needs fixed shapes: set {key}.static_cache=true (or auto), or {key}.compile=false")
+        check(self.device_map is None or isinstance(self.device_map, dict) or self.device_map in DEVICE_MAPS,
+              f"{key}.device_map", f"got {self.device_map!r}, expected null, one of {', '.join(DEVICE_MAPS)} or a "
+              "{module: device} map")
+        check(self.max_memory is None or (isinstance(self.max_memory, dict) and self.device_map is not None),
+              f"{key}.max_memory", f"got {self.max_memory!r}: a {{device: size}} map, used with {key}.device_map")
+        check(self.offload_folder is None or self.device_map is not None, f"{key}.offload_folder",
+              f"disk offload is part of a device map: set {key}.device_map=auto too")
+        one_of(self.tp_plan, f"{key}.tp_plan", (None, "auto"))
+        check(not (self.tp_plan and self.device_map is not None), f"{key}.tp_plan",
+              f"tensor parallel and a device map exclude each other: set {key}.device_map=null or {key}.tp_plan=null")
 
 
 @dataclass
@@ -637,6 +655,21 @@ class ForwardCostConfig:
 
 
 @dataclass
+class PlannerConfig:
+    """The memory planner (planner.py), run before any weight loads."""
+
+    enabled: bool = True
+    devices: list[str] = field(default_factory=list)  # plan for these device sizes (e.g. [80GB,80GB]); []: visible
+    headroom: float = 0.10  # fraction of each device kept free for activations, logits and the allocator
+
+    def __post_init__(self) -> None:
+        check(0.0 <= self.headroom < 1.0, "planner.headroom", f"got {self.headroom}, use [0, 1)")
+        for size in self.devices:
+            check(re.fullmatch(r"\s*[0-9.]+\s*([kmgt]i?b|b)?\s*", str(size), re.I) is not None, "planner.devices[]",
+                  f"got {size!r}, write sizes like 80GB, 79GiB or 512MB")
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     draft: DraftConfig = field(default_factory=DraftConfig)
@@ -648,6 +681,7 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     forward_cost: ForwardCostConfig = field(default_factory=ForwardCostConfig)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
     task: str = "run"  # run: train and/or benchmark (or generate `prompt`) | report | forward_cost
     experiment: str = "default"  # set by experiment presets; groups wandb runs
     prompt: str = "def fibonacci(n):"  # `task=run` with train=none and benchmark=none generates this

@@ -23,12 +23,60 @@ def use_static_cache(setting, compile: bool, device: torch.device) -> bool:
 
 
 def context_length(config) -> int:
-    """Positions a model can take, from its config (the one place that reads it); unbounded without a limit."""
+    """Positions a model can take, from its config (the one place that reads it); unbounded without a limit.
+
+    A sliding-window model (Mistral v0.1, Gemma 2/3, OLMo 3, ...) attends to its last ``window`` tokens only. Both
+    engines keep a dense cache, which is exact while prompt + new tokens stay inside the window (the model's own
+    rolling cache could not be cropped or compacted): so the window is the context here, and a longer prompt or
+    budget is refused with these numbers, or skipped by a benchmark like any over-long prompt."""
+    limit = 1 << 30
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
-            return value
-    return 1 << 30
+            limit = value
+            break
+    return min(limit, sliding_window(config) or limit)
+
+
+def sliding_window(config) -> int | None:
+    """The window of a model whose layers (some or all) attend to the last ``window`` tokens only; None when none do
+    (Qwen2's ``use_sliding_window=false``, ``layer_types`` without sliding layers)."""
+    text = config.get_text_config()
+    window = getattr(text, "sliding_window", None)
+    if not window or getattr(text, "use_sliding_window", True) is False:
+        return None
+    types = getattr(text, "layer_types", None)
+    return window if types is None or "sliding_attention" in types else None
+
+
+# Layers whose state is a recurrence (Mamba, linear attention, convolutions), not a KV cache: nothing the verifier can
+# crop back to the accepted tokens, and no 4D mask to verify a tree with.
+RECURRENT_LAYERS = ("linear_attention", "mamba", "conv", "hybrid", "recurrent", "rwkv")
+RECURRENT_TYPES = ("mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm")
+
+
+def check_architecture(config, name: str) -> None:
+    """Refuse, before loading, a model whose layers cannot take an additive 4D tree mask over a croppable KV cache
+    (what every decoder's verifier step needs)."""
+    text = config.get_text_config()
+    types = set(getattr(text, "layer_types", None) or ())
+    recurrent = sorted(t for t in types if any(word in t for word in RECURRENT_LAYERS))
+    if recurrent or text.model_type in RECURRENT_TYPES:
+        what = f"layers of type {', '.join(recurrent)}" if recurrent else f"a {text.model_type} architecture"
+        raise UserError(f"model {name} ({text.model_type}) has {what}: a recurrent state, not a KV cache, so it "
+                        "cannot verify a tree of guesses under a 4D attention mask nor drop rejected tokens; use an "
+                        "attention-only model")
+
+
+def execution_device(model: torch.nn.Module) -> torch.device:
+    """Where a model takes its inputs (and, through accelerate's io_same_device hook, returns its logits): for a model
+    dispatched by a device map, accelerate's main device (the first one that is neither ``cpu`` nor ``disk``, else the
+    CPU); else its parameters' device. Every tensor a decoder creates lives here, never on a hard-coded device."""
+    mapping = getattr(model, "hf_device_map", None)
+    if mapping and (len(set(mapping.values())) > 1 or "disk" in mapping.values()):  # accelerate hooks it
+        devices = set(mapping.values()) - {"cpu", "disk"}
+        return torch.device(list(devices)[0]) if devices else torch.device("cpu")  # accelerate's own choice
+    return next(model.parameters()).device
 
 
 @dataclass
@@ -46,7 +94,7 @@ class LoadedModel:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return execution_device(self.model)
 
     @property
     def max_length(self) -> int:
@@ -116,6 +164,15 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
     path = str(path or cfg.path)
     tokenizer = load_tokenizer(cfg, path, role)
     device = resolve_device(cfg.device)
+    static = use_static_cache(cfg.static_cache, cfg.compile, device)
+    config = model_config(cfg, path)  # what config.json alone refutes, before the weights load
+    check_architecture(config, cfg.name)
+    if static and (cfg.device_map is not None or cfg.tp_plan or sliding_window(config)):
+        why = ("runs on one device only" if cfg.device_map is not None or cfg.tp_plan else
+               f"would give {cfg.name}'s sliding-window layers transformers' rolling cache (window "
+               f"{sliding_window(config)}), which it cannot crop")
+        raise UserError(f"{role}.static_cache: the static engine {why}; use the dynamic engine ({role}.static_cache="
+                        f"false, {role}.compile=false)")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path,
@@ -123,27 +180,52 @@ def load_model(cfg: ModelConfig, path: str | None = None, role: str = "model") -
             dtype=resolve_dtype(cfg.dtype, device),
             attn_implementation=cfg.attn_implementation,
             trust_remote_code=cfg.trust_remote_code,
+            **placement(cfg),
         )
     except OSError as err:
         raise unreachable(cfg, path, role, err) from err
-    model.to(device).eval()
+    if cfg.device_map is None and not cfg.tp_plan:
+        model.to(device)
+    model.eval()
     use_numerics(model, backends=cfg.sdpa_backends)
     return LoadedModel(cfg.name, path, model, tokenizer, eos_set(tokenizer, model), cfg.template,
-                       static_cache=use_static_cache(cfg.static_cache, cfg.compile, device), compile=cfg.compile,
-                       buckets=tuple(cfg.static_buckets))
+                       static_cache=static, compile=cfg.compile, buckets=tuple(cfg.static_buckets))
 
 
-def model_context(cfg: ModelConfig, path: str | None = None) -> int:
-    """The model's context (positions) from its config alone, so a budget that cannot fit fails before the weights
-    load; unbounded (1 << 30) for architectures without learned or fixed positions."""
+def placement(cfg: ModelConfig) -> dict:
+    """from_pretrained's placement arguments: accelerate's dispatch for a device map (``max_memory`` caps per device,
+    disk offload into ``offload_folder``), transformers' tensor parallel over the torchrun processes for ``tp_plan``."""
+    if cfg.device_map is not None:
+        memory = {int(k) if str(k).isdigit() else str(k): str(v) for k, v in (cfg.max_memory or {}).items()}
+        return {"device_map": dict(cfg.device_map) if isinstance(cfg.device_map, dict) else cfg.device_map,
+                "max_memory": memory or None, "offload_folder": cfg.offload_folder}
+    if cfg.tp_plan:
+        try:
+            from transformers.distributed import DistributedConfig
+        except ImportError:  # transformers before DistributedConfig took the plan directly
+            return {"tp_plan": cfg.tp_plan}
+        return {"distributed_config": DistributedConfig(tp_plan=cfg.tp_plan)}
+    return {}
+
+
+def model_config(cfg: ModelConfig, path: str | None = None):
+    """The model's transformers config alone (seconds, where the weights may take minutes)."""
     from transformers import AutoConfig
 
     path = str(path or cfg.path)
     check_local(cfg, path, "model")
     try:
-        config = AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+        return AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     except OSError as err:
         raise unreachable(cfg, path, "model", err) from err
+
+
+def model_context(cfg: ModelConfig, path: str | None = None) -> int:
+    """The model's context (positions) from its config alone, so a budget that cannot fit fails before the weights
+    load; unbounded (1 << 30) for architectures without learned or fixed positions. Refuses an architecture no
+    decoder can verify."""
+    config = model_config(cfg, path)
+    check_architecture(config, cfg.name)
     return context_length(config)
 
 

@@ -33,14 +33,12 @@ from statistics import median
 
 import torch
 
-from specnoise.decoding.kv import cache_keyword, sync
+from specnoise.decoding.kv import cache_keyword, dense_cache, sync
 
 
 def prefilled_cache(model, rows: int, cache_len: int, vocab: int, gen: torch.Generator):
-    """A ``DynamicCache`` holding ``cache_len`` random tokens in each of ``rows`` rows."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
+    """A dense ``DynamicCache`` holding ``cache_len`` random tokens in each of ``rows`` rows."""
+    cache = dense_cache(model.config)
     if cache_len:
         device = next(model.parameters()).device
         ids = torch.randint(0, vocab, (rows, cache_len), generator=gen).to(device)

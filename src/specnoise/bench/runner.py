@@ -58,6 +58,7 @@ from specnoise.decoding.kv import self_test
 from specnoise.files import write_atomic
 from specnoise.models import LoadedModel, check_same_vocab, load_model, load_tokenizer, model_context
 from specnoise.numerics import describe, use_numerics
+from specnoise.ranks import check_agree
 
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
@@ -257,6 +258,7 @@ def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) ->
 
     def finished(done: list[tuple[Sample, dict[str, list[Turn]]]]) -> None:
         new = [(sample, turns) for sample, turns in done if sample.id not in m.runs["ar"]]
+        check_agree([t.out.tokens for _, turns in new for name in names for t in turns[name]])  # tensor parallel
         for sample, turns in new:
             for name in names:
                 m.runs[name][sample.id] = turns[name]

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 
 import torch
-from transformers import DynamicCache, StaticCache
+from transformers import StaticCache
 
 from specnoise.decoding.kv import (
     Clock,
@@ -41,6 +41,7 @@ from specnoise.decoding.kv import (
     as_ids,
     attention_mask,
     causal_block,
+    dense_cache,
     upload,
 )
 from specnoise.decoding.static_kv import StaticEngine, capacity_for
@@ -80,7 +81,7 @@ class BatchKV:
     def _new_cache(self):
         if self.static:
             return StaticCache(config=self.model.config, max_cache_len=self.capacity)
-        return DynamicCache(config=self.model.config)
+        return dense_cache(self.model.config)  # a sliding-window model's too: its own layers could not be cut
 
     def row_engine(self, r: int) -> RowEngine:
         return RowEngine(self, r)

@@ -25,7 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from specnoise.errors import UserError
-from specnoise.models import context_length
+from specnoise.models import context_length, execution_device, sliding_window
 from specnoise.numerics import numerics
 
 
@@ -48,6 +48,13 @@ def as_ids(values, device: torch.device) -> torch.Tensor:
     if isinstance(values, torch.Tensor):
         return values.to(device=device, dtype=torch.long)
     return upload(values, device)
+
+
+def dense_cache(config) -> DynamicCache:
+    """A DynamicCache of full layers: a sliding-window model's own layers roll once the window fills (a draft's
+    lookahead probes may pass it) and then cannot be cropped; full layers are exact inside the window, which is such a
+    model's context here (models.context_length)."""
+    return DynamicCache() if sliding_window(config) else DynamicCache(config=config)
 
 
 def causal_block(q: int, device=None) -> torch.Tensor:
@@ -179,7 +186,7 @@ class Engine:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = execution_device(model)  # a device-mapped model's inputs and logits live there
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_length = context_length(model.config)
@@ -187,12 +194,7 @@ class Engine:
         self.clock = Clock(self.device)
         self.cache_kw = cache_keyword(model)
         self.can_keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
-        window = getattr(model.config, "sliding_window", None)
-        if window and getattr(model.config, "use_sliding_window", True) and window < self.max_length:
-            raise UserError(
-                f"{model.config.model_type}: sliding-window attention (window {window}) keeps a rolling cache that "
-                "cannot be cropped or compacted; set the model's sliding_window to null or use a dense-cache model"
-            )
+        # a sliding window is the context (models.context_length): the dense cache is exact inside it
 
     @property
     def seconds(self) -> float:
@@ -232,10 +234,10 @@ class DynamicEngine(Engine):
 
     def __init__(self, model: torch.nn.Module):
         super().__init__(model)
-        self.cache = DynamicCache(config=model.config)
+        self.cache = dense_cache(model.config)
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = dense_cache(self.model.config)
         self.forwards = 0
         self.clock.reset()
 
