@@ -114,7 +114,7 @@ def test_a_text_corpus_is_tokenized_once_and_cached(tokenized, tmp_path):
     cache = tmp_path / "cache"
     decoder = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(cache)), tokenized)
     files = sorted(p.name for p in cache.iterdir())
-    assert len(files) == 3 and decoder.meta["corpus_build_seconds"] >= 0  # tokens, their tokenizer, suffix array
+    assert len(files) == 3 and "corpus_build_seconds" in decoder.meta  # tokens, their tokenizer, suffix array
     docs = ["Add.\ndef add(a, b):\n    return a + b", "for i in range(10):\n    print(i)"]  # fields joined by lines
     assert decoder.meta["corpus_tokens"] == sum(len(tokenized.tokenizer(d)["input_ids"]) for d in docs)
     again = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(cache)), dataclasses.replace(tokenized, engines={}))
