@@ -29,7 +29,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from specnoise.conf_store import register
-from specnoise.config import Config, UserError, config_dir
+from specnoise.config import Config, UserError, config_dir, config_warnings, refuse_ignored_overrides
 from specnoise.files import RunDirBusy, RunLock, write_atomic
 
 log = logging.getLogger("specnoise")
@@ -39,9 +39,13 @@ NO_JOB_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "
 _state = {"started": False, "locked": None}  # whether Hydra reached the job; the run dir `entry` locked
 
 
-def run(cfg: DictConfig, run_dir: Path) -> dict:
-    """Run one job; returns a small summary (also what multirun jobs leave in their directory)."""
+def run(cfg: DictConfig, run_dir: Path, overrides: list[str] = ()) -> dict:
+    """Run one job; returns a small summary (also what multirun jobs leave in their directory). ``overrides`` are
+    the job's command-line overrides: a key among them that no stage of the job reads is refused."""
     conf: Config = OmegaConf.to_object(cfg)  # dataclass __post_init__ checks every range here
+    refuse_ignored_overrides(conf, list(overrides))  # before anything loads
+    for warning in config_warnings(conf):
+        log.warning("warning: %s", warning)
 
     if conf.task == "report":
         from specnoise.report import run_report
@@ -102,7 +106,7 @@ def main(cfg: DictConfig) -> dict | None:
         with lock:
             (run_dir / "FAILED.json").unlink(missing_ok=True)  # an earlier attempt's failure; this one decides
             try:
-                return run(cfg, run_dir)
+                return run(cfg, run_dir, HydraConfig.get().overrides.task)
             except Interrupted as stop:  # results.json holds the finished prompts
                 log.warning(str(stop))
                 sys.exit(stop.exit_code)

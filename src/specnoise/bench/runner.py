@@ -51,7 +51,7 @@ from specnoise.bench.measure import REFERENCE, Turn, measure
 from specnoise.bench.progress import Interrupted, PromptLog, Stop, stop_on_signals
 from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
-from specnoise.config import DECODER_SCHEMAS, ARConfig, Config, DecoderConfig, UserError
+from specnoise.config import DECODER_SCHEMAS, ARConfig, Config, DecoderConfig, UserError, config_warnings
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
 from specnoise.decoding.kv import self_test
@@ -356,6 +356,7 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
                  "calibration_warning": timing.calibration_warning(rows),
                  "wall_seconds": m.wall, "model_path": setup.target.path, "device": str(setup.target.device),
                  "batch_size": m.batch_size, "skipped_decoders": setup.decoder_notes,
+                 "config_warnings": config_warnings(conf),  # e.g. top_p at temperature 0 (also logged at start)
                  **peak_memory(), "peak_rss_before_timing_mib": m.rss_before_timing,
                  "dtype": str(setup.target.model.dtype), "torch_threads": torch.get_num_threads(),
                  "platform": platform.platform(), "torch": torch.__version__,
