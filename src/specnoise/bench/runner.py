@@ -512,9 +512,10 @@ def print_summary(rows: list[dict], path: Path) -> None:
     columns = TABLE_COLUMNS[:1] + BATCH_COLUMNS + TABLE_COLUMNS[1:] if batched else TABLE_COLUMNS
     shown = pd.DataFrame(rows)[columns].astype(object)
     print(shown.where(shown.notna(), None).to_markdown(index=False, floatfmt=".3f", missingval="-"))
-    noisy = [f"{r['decoder']}/{r['category']}" for r in rows if r["timing_noisy"]]
-    if noisy:
-        print(f"\nNOISY TIMING ({', '.join(noisy)}): {timing.ADVICE}")
+    noisy = [r for r in rows if r["timing_noisy"]]
+    if noisy:  # one line; the rows are results.json's timing_noisy
+        judged = sum(r["timing_noisy"] is not None for r in rows)
+        print(f"\nNOISY TIMING: {len(noisy)} of {judged} rows ({timing.noise_reasons(noisy)}). {timing.ADVICE}")
     warning = timing.calibration_warning(rows)
     if warning:
         print(f"\nCALIBRATION: {warning}")
