@@ -86,6 +86,14 @@ def _is_multirun() -> bool:
         return False
 
 
+def continue_advice(run_dir: Path) -> str:
+    """How to continue a stopped job: a sweep's jobs continue in their sweep directory, a single run in its own."""
+    if _is_multirun():
+        return (f"run the same command (-m) with hydra.sweep.dir={HydraConfig.get().sweep.dir} to continue: each job "
+                "continues in its own folder")
+    return f"run the same command with hydra.run.dir={run_dir} to continue"
+
+
 def _fail(run_dir: Path, message: str, trace: str | None) -> None:
     """A failed job leaves its error in its own directory (the report lists it; a sweep exits non-zero)."""
     write_atomic(run_dir / "FAILED.json", json.dumps({"error": message, "traceback": trace}, indent=2))
@@ -108,7 +116,7 @@ def main(cfg: DictConfig) -> dict | None:
             try:
                 return run(cfg, run_dir, HydraConfig.get().overrides.task)
             except Interrupted as stop:  # results.json holds the finished prompts
-                log.warning(str(stop))
+                log.warning(f"{stop}; {continue_advice(run_dir)}")
                 sys.exit(stop.exit_code)
             except (UserError, FileNotFoundError) as err:
                 _fail(run_dir, f"error: {err}", None)

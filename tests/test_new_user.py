@@ -1,0 +1,35 @@
+"""What a new user hit (the trial cases): each error says what to change and leaves nothing behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
+from specnoise.__main__ import continue_advice
+from specnoise.config import config_dir
+
+
+@pytest.fixture(autouse=True)
+def no_hydra_left():
+    yield
+    HydraConfig.instance().cfg = None  # other tests in this process run outside any Hydra job
+
+
+def with_hydra(*overrides: str, multirun: bool = False) -> None:
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    cfg.hydra.mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+    HydraConfig.instance().set_config(cfg)
+
+
+def test_a_stopped_sweep_is_continued_in_its_sweep_dir(tmp_path):
+    with_hydra(f"hydra.sweep.dir={tmp_path / 'sweep'}", multirun=True)
+    advice = continue_advice(tmp_path / "sweep" / "0")
+    assert f"hydra.sweep.dir={tmp_path / 'sweep'}" in advice and "hydra.run.dir" not in advice
+    with_hydra(f"hydra.run.dir={tmp_path / 'run'}")
+    assert continue_advice(Path(tmp_path / "run")) == f"run the same command with hydra.run.dir={tmp_path / 'run'} " \
+                                                       "to continue"
