@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 from conftest import prompts as random_prompts
 from helpers_models import save_tiny_model, save_tiny_pair, write_jsonl
 from specnoise.bench.measure import REFERENCE
-from specnoise.bench.runner import batch_skips, run_benchmark
-from specnoise.config import DECODER_SCHEMAS, BenchmarkConfig, ConfigError, config_dir
+from specnoise.bench.runner import batch_skips, decoder_configs, run_benchmark, set_up
+from specnoise.config import DECODER_SCHEMAS, BenchmarkConfig, ConfigError, UserError, config_dir
 from specnoise.decoding.base import Decoder, build_decoder
 from specnoise.report import build_report
 
@@ -181,6 +181,15 @@ def test_batch_1_only_peers_are_skipped_with_a_note(models, prompt_file, tmp_pat
     assert "NOTE: hf_pld skipped at benchmark.batch_size=2" in out and "NOTE: hf_assisted skipped" in out
     rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
     assert rows[("hf_greedy", "all")]["lossless_fraction"] == 1.0 and rows[("hf_greedy", "all")]["batch_size"] == 2
+
+
+def test_only_skipped_decoders_asked_is_refused_before_loading(models, prompt_file):
+    conf, _ = configure(models, prompt_file, "decoder=hf_assisted", "draft.name=tiny-draft",
+                        f"draft.path={models['draft']}", "benchmark.batch_size=2", "model.path=/nonexistent/model")
+    with pytest.raises(UserError, match="hf_assisted skipped at benchmark.batch_size=2.*nothing else is measured"):
+        set_up(conf, None)  # before the (missing) model is looked for
+    conf.decoders = ["jacobi"]  # something else measured: runs without it
+    assert [c.name for c in decoder_configs(conf)] == ["ar", "jacobi"]
 
 
 def test_batch_skips_only_above_one(models, prompt_file):

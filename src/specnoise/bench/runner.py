@@ -96,6 +96,10 @@ def decoder_configs(conf: Config) -> list[DecoderConfig]:
     shared = {k: getattr(conf.decoder, k) for k in SHARED_FIELDS}
     configs = [conf.decoder if conf.decoder.name == "ar" else ARConfig(**shared)]
     skipped = batch_skips(conf)
+    asked = [n for n in dict.fromkeys([conf.decoder.name, *conf.decoders]) if n != "ar"]
+    if asked and all(n in skipped for n in asked):  # the job would time AR alone and exit 0
+        raise UserError(f"{'; '.join(skipped[n] for n in asked)}, and nothing else is measured: set "
+                        "benchmark.batch_size=1, or choose a decoder that decodes batches")
     for name in dict.fromkeys([conf.decoder.name, *conf.decoders]):
         if name == "ar" or name in skipped:
             continue
