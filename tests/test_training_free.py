@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,3 +170,18 @@ def test_a_tree_too_large_for_the_context_is_a_config_error(name, options):
     short = make_model("llama", max_position_embeddings=32)
     with pytest.raises(ConfigError, match="context of 32"):
         build_decoder(schema(name, **options), short)
+
+
+@pytest.mark.parametrize("name", ["rest", "sam"])
+def test_a_malformed_corpus_says_file_line_column_as_benchmark_path_does(tokenized, tmp_path, name):
+    from specnoise.bench.datasets import read_records
+    from specnoise.config import DECODER_SCHEMAS, UserError
+
+    bad = write_corpus(tmp_path / "bad.jsonl", [{"text": "fine"}])
+    Path(bad).write_text('{"text": "fine"}\n{"text": oops}\n')
+    with pytest.raises(UserError) as as_corpus:
+        build_decoder(DECODER_SCHEMAS[name](corpus=bad, cache_dir=str(tmp_path / "cache")), tokenized)
+    with pytest.raises(UserError) as as_prompts:
+        read_records(bad)
+    where = f"{bad}, line 2, column 10: not valid JSON (Expecting value); one JSON value per line"
+    assert str(as_corpus.value) == f"decoder.corpus: {where}" and str(as_prompts.value) == f"benchmark.path: {where}"
