@@ -185,3 +185,23 @@ def test_a_malformed_corpus_says_file_line_column_as_benchmark_path_does(tokeniz
         read_records(bad)
     where = f"{bad}, line 2, column 10: not valid JSON (Expecting value); one JSON value per line"
     assert str(as_corpus.value) == f"decoder.corpus: {where}" and str(as_prompts.value) == f"benchmark.path: {where}"
+
+
+def test_rest_keeps_a_bounded_number_of_step_graphs(tokenized, tmp_path, monkeypatch):
+    """REST's trie shapes vary almost every step: past the cap a shape runs eagerly, unrecorded, and the tokens stay
+    AR's. The engine here pretends to replay graphs and counts what it is asked to record."""
+    from specnoise.decoding import verifier
+
+    monkeypatch.setattr(verifier, "MAX_FUNCTIONS", 3)
+    corpus = write_corpus(tmp_path / "c.jsonl", [{"text": "def add(a, b):\n    return a + b\n" * 3},
+                                                {"text": "for i in range(10):\n    print(i)\n" * 3}])
+    decoder = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(tmp_path / "cache"), min_suffix=1), tokenized)
+    engine = decoder.verifier.engine
+    recorded = []
+    monkeypatch.setattr(engine, "graphs", True, raising=False)
+    monkeypatch.setattr(engine, "graph", lambda fn: recorded.append(fn) or fn, raising=False)
+    prompt = tokenized.tokenizer("def add(a, b):\n")["input_ids"]
+    out = decoder.generate(prompt, 40)
+    assert out.target_forwards > 3  # more steps (each a new trie shape at most) than the cap
+    assert len(decoder.verifier.functions) == len(recorded) <= 3
+    assert out.tokens == build_decoder(schema("ar"), tokenized).generate(prompt, 40).tokens

@@ -160,6 +160,12 @@ def prompt_generator(seed: int, prompt: list[int]) -> torch.Generator:
     return torch.Generator().manual_seed(prompt_seed(seed, prompt))
 
 
+# step functions kept per verifier (each a recorded CUDA graph on a graph engine): a drafter with a few fixed shapes
+# keeps all of its own, one whose shapes vary almost every step (REST's tries) stops recording at this many and runs
+# its rarer shapes eagerly, instead of holding a graph (and its memory) per step
+MAX_FUNCTIONS = 64
+
+
 class Verifier:
     """Verifies proposals on ``engine``. ``sampling`` (temperature > 0): draws by ``warp(logits, sampling)``;
     ``vocab``: only the first ``vocab`` logits count (a draft model verifying its own guesses in the target's
@@ -227,11 +233,14 @@ class Verifier:
 
     # ------------------------------------------------------------------------------------------ on the device
     def function(self, shape: Shape, after, rejection: bool) -> Callable:
-        """The step's device function for this shape and hook, built (and on a graph engine recorded) once."""
+        """The step's device function for this shape and hook, built (and on a graph engine recorded) once; past
+        ``MAX_FUNCTIONS`` shapes a new one runs eagerly and is not kept."""
         key = (shape, after, rejection)
         if key not in self.functions:
             def fn(logits, nodes, u=None, v=None, q=None):
                 return self.verify(shape, after, logits, nodes, u, v, q)
+            if len(self.functions) >= MAX_FUNCTIONS:
+                return fn
             self.functions[key] = self.engine.graph(fn)
         return self.functions[key]
 
