@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from conftest import prompts as random_prompts
 from helpers_models import save_tiny_model, save_tiny_pair, write_jsonl
+from specnoise.bench import timing
 from specnoise.bench.measure import REFERENCE
 from specnoise.bench.runner import batch_skips, decoder_configs, run_benchmark, set_up
 from specnoise.config import DECODER_SCHEMAS, BenchmarkConfig, ConfigError, UserError, config_dir
@@ -127,8 +128,30 @@ def test_groups_of_b_with_a_partial_last_group(models, prompt_file, tmp_path, ba
     assert jacobi["speedup_vs_bs1_ar"] == pytest.approx(bs1["seconds"] / jacobi["seconds"])
     assert ar["speedup_vs_bs1_ar"] == pytest.approx(bs1["seconds"] / ar["seconds"])
     assert results["meta"]["batch_size"] == 3 and results["meta"]["skipped_decoders"] == {}
+    # the CI resamples the two groups (a group's prompts share one timing), not the four prompts
+    def group_seconds(name):
+        return [sum(r["seconds"] for r in per_prompt if r["decoder"] == name and (r["id"] in "012") == first)
+                for first in (True, False)]
+    ci = timing.speedup_ci(group_seconds("ar"), group_seconds("jacobi"), 2000, 0)
+    assert (jacobi["speedup_ci_low"], jacobi["speedup_ci_high"]) == pytest.approx(ci)
+    assert jacobi["timing_note"] is None and bs1["timing_note"] is None
+    prose = rows[("jacobi", "prose")]  # both prose prompts sit in group 0, with a code prompt
+    assert prose["speedup_ci_low"] is None and prose["timing_noisy"] is None
+    assert prose["timing_note"].startswith("timed in 1 batch: no speedup CI")
+    assert "decoded in batches with other categories' prompts" in prose["timing_note"]
+    assert rows[("ar", "prose")]["timing_note"] is None
     meta = results["meta"]
     assert meta["peak_rss_mib"] >= meta["peak_rss_before_timing_mib"] > 0
+
+
+def test_one_group_has_no_ci_and_says_why(models, prompt_file, tmp_path, capsys):
+    """All prompts in one batch: one timing, nothing to resample, so no CI and no CI verdict (never a zero-width
+    interval that looks certain)."""
+    results, _ = run(models, prompt_file, tmp_path, "decoder=pld", "benchmark.batch_size=4", "benchmark.limit=2")
+    pld = next(r for r in results["rows"] if r["decoder"] == "pld" and r["category"] == "all")
+    assert pld["speedup_ci_low"] is None and pld["speedup_ci_high"] is None and pld["timing_noisy"] is None
+    assert pld["timing_note"].startswith("timed in 1 batch: no speedup CI")
+    assert "timed in 1 batch" in capsys.readouterr().out
 
 
 def test_batch_size_one_is_the_unbatched_job(models, prompt_file, tmp_path, batch_calls):

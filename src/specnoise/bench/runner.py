@@ -201,6 +201,7 @@ class Measured:
     audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
     bounds: dict[str, dict] = field(default_factory=dict)  # decoder -> verify block and t(1), t(q) (bound.py)
     batch_size: int = 1  # benchmark.batch_size
+    group_of: dict[str, int] = field(default_factory=dict)  # sample id -> the group it was decoded (and timed) in
     rss_before_timing: float | None = None  # peak resident MiB once loaded, before the first generation
 
     @property
@@ -214,6 +215,10 @@ class Measured:
 
     def batch_of(self, name: str) -> int:
         return 1 if name == REFERENCE else self.batch_size
+
+    def timed_unit(self, name: str, sample: Sample) -> str | int:
+        """What one timing covered: a prompt at batch 1, else its whole group (whose rows share the group's time)."""
+        return sample.id if self.batch_of(name) == 1 else self.group_of[sample.id]
 
     def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
         return [t.out.tokens for t in self.runs[decoder][sample.id]]
@@ -256,6 +261,7 @@ def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) ->
                 m.runs[name][s.id] = restore_turns(prompt_log.finished[s.id], name, s, setup.encode)
     # the groups are fixed by the prompts' order, so a continued run measures a group again whole
     groups = [setup.samples[i:i + size] for i in range(0, len(setup.samples), size)]
+    m.group_of = {s.id: g for g, group in enumerate(groups) for s in group}
     todo = [(g, group) for g, group in enumerate(groups) if any(s.id not in m.runs["ar"] for s in group)]
     m.resumed = len(m.runs["ar"])
 
@@ -450,8 +456,23 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     speedup = 1.0 if name == base else ar_seconds / max(seconds, 1e-9)
     bs1_seconds = sum(sec for _, sec in per_sample(m.reference))  # AR at batch 1 (AR itself at batch size 1)
     conf = m.conf
-    low, high = timing.speedup_ci([sec for _, sec in ar], [sec for _, sec in mine], conf.benchmark.bootstrap,
-                                  conf.seed)
+    # the bootstrap resamples what was timed: prompts at batch 1, groups above (a group's prompts share one timing,
+    # so resampling them resamples nothing); with fewer than two units there is no interval, and it says why
+    units: dict = defaultdict(lambda: [0.0, 0.0])
+    for s, (_, ar_sec), (_, sec) in zip(group, ar, mine):
+        units[m.timed_unit(name, s)][0] += ar_sec
+        units[m.timed_unit(name, s)][1] += sec
+    low, high = timing.speedup_ci([a for a, _ in units.values()], [b for _, b in units.values()],
+                                  conf.benchmark.bootstrap, conf.seed)
+    notes = []
+    if low is None and name != base:
+        noun = ("batch", "batches") if m.batch_of(name) > 1 else ("prompt", "prompts")
+        notes.append(f"timed in {len(units)} {noun[len(units) != 1]}: no speedup CI (the bootstrap resamples "
+                     f"{noun[1]}: two or more)")
+    mine_ids = {s.id for s in group}
+    if category != "all" and name != base and m.batch_of(name) > 1 and any(
+            s.id not in mine_ids and m.group_of[s.id] in units for s in m.samples):
+        notes.append("decoded in batches with other categories' prompts: its speedup is those batches' speedup")
     if name == base and low is not None:
         low = high = 1.0  # AR against itself, pair by pair
     ar_cv = timing.time_cv([per_token_repeats(m.runs[base][s.id]) for s in group])
@@ -477,6 +498,7 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "ar_new_tokens": ar_tokens, "ar_seconds": ar_seconds, "ar_tokens_per_second": ar_tokens / max(ar_seconds, 1e-9),
         "speedup": speedup, "speedup_ci_low": low, "speedup_ci_high": high, "repeats": conf.benchmark.repeats,
         "ar_time_cv": ar_cv, "timing_noisy": timing.timing_noisy(speedup, low, high, ar_cv),
+        "timing_note": "; ".join(notes) or None,  # why a CI is missing, or a category's timing is not its own
         "lossless_fraction": sum(same) / len(same) if m.lossless else None,
         "mismatch_fraction": mismatch_fraction(m.audits, name, [s.id for s in group]) if m.lossless else None,
         "task_score": score, "score_metric": metric, **{f"score_{k}": v for k, v in details.items()},
@@ -520,6 +542,12 @@ def print_summary(rows: list[dict], path: Path) -> None:
     if noisy:  # one line; the rows are results.json's timing_noisy
         judged = sum(r["timing_noisy"] is not None for r in rows)
         print(f"\nNOISY TIMING: {len(noisy)} of {judged} rows ({timing.noise_reasons(noisy)}). {timing.ADVICE}")
+    notes = defaultdict(list)
+    for r in rows:
+        if r.get("timing_note"):
+            notes[r["timing_note"]].append(r)
+    for note, noted in notes.items():  # one line per kind (the rows: results.json's timing_note)
+        print(f"\nNOTE ({len(noted)} rows, e.g. {noted[0]['decoder']}/{noted[0]['category']}): {note}")
     warning = timing.calibration_warning(rows)
     if warning:
         print(f"\nCALIBRATION: {warning}")
