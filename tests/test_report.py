@@ -280,3 +280,15 @@ def test_noise_is_one_line_per_job_after_the_results(tmp_path, capsys):
     assert "- 0: decoder.draft_len=3 decoder=pld category=all" in listed  # keys named, not bare values
     out = capsys.readouterr().out
     assert out.index("speedup") < out.index("NOISY TIMING") and out.count("rows noisy") == 2
+
+
+def test_sampling_rows_show_which_check_applies(tmp_path):
+    rows = [result_row("ar", lossless_fraction=None, identical_to_ar_fraction=1.0, sampling_check="tokens"),
+            result_row("pld", lossless_fraction=None, identical_to_ar_fraction=1.0, sampling_check="tokens"),
+            result_row("speculative", lossless_fraction=None, identical_to_ar_fraction=None,
+                       sampling_check="distribution")]
+    write_job(tmp_path / "s", ["decoder.temperature=0.8"], rows)
+    text = build_report([tmp_path / "s"], tmp_path / "out").read_text()
+    assert "identical_to_ar_fraction" in text and re.search(r"\| speculative .*\| distribution +\|", text)
+    write_job(tmp_path / "g", ["decoder=pld"], [result_row("ar"), result_row("pld")])  # greedy: no such columns
+    assert "sampling_check" not in build_report([tmp_path / "g"], tmp_path / "out2").read_text()

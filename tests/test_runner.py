@@ -182,11 +182,28 @@ def test_long_prompts_are_skipped_and_counted(models, prompt_file, tmp_path):
         run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file), "benchmark.max_prompt_tokens=2")
 
 
-def test_sampling_has_no_lossless_check(models, prompt_file, tmp_path):
-    _, results, per_prompt = run(models, tmp_path, "decoder=ar", "decoder.temperature=0.8", *jsonl_args(prompt_file),
+def test_sampling_checks_tokens_where_drafts_are_guesses_and_names_the_check(models, prompt_file, tmp_path):
+    """Under sampling no lossless check, but with one seed a decoder whose drafts are guesses draws AR's very tokens
+    (identical_to_ar_fraction 1.0); speculative decoding's sampled drafts keep the distribution, not the tokens."""
+    _, results, per_prompt = run(models, tmp_path, "decoder=speculative", "decoders=[pld]", "decoder.temperature=0.8",
+                                 "draft.name=tiny-draft", f"draft.path={models['draft']}", *jsonl_args(prompt_file),
                                  "benchmark.limit=2")
-    assert all(r["lossless_fraction"] is None for r in results["rows"])
-    assert all(r["identical_to_ar"] is None and r["first_divergence"] is None for r in per_prompt)
+    rows = {r["decoder"]: r for r in results["rows"] if r["category"] == "all"}
+    assert all(r["lossless_fraction"] is None and r["mismatch_fraction"] is None for r in results["rows"])
+    assert rows["pld"]["identical_to_ar_fraction"] == 1.0 and rows["pld"]["sampling_check"] == "tokens"
+    spec = rows["speculative"]
+    assert spec["identical_to_ar_fraction"] is None and spec["sampling_check"] == "distribution"
+    assert all(r["identical_to_ar"] is (None if r["decoder"] == "speculative" else True) for r in per_prompt)
+    assert all(r["first_divergence"] is None for r in per_prompt)
+    assert results["meta"]["config_warnings"] == []
+
+
+def test_sampling_keys_at_temperature_zero_are_warned_in_the_results(models, prompt_file, tmp_path, caplog):
+    _, results, _ = run(models, tmp_path, "decoder=ar", "decoder.top_p=0.9", *jsonl_args(prompt_file),
+                        "benchmark.limit=1")
+    (warning,) = results["meta"]["config_warnings"]
+    assert warning.startswith("decoder.top_p=0.9 ignored: decoder.temperature=0 decodes greedily")
+    assert all(r["identical_to_ar_fraction"] is None and r["sampling_check"] is None for r in results["rows"])
 
 
 def test_scored_benchmark_fills_task_score(models, tmp_path):

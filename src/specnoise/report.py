@@ -36,11 +36,14 @@ METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_a
            "ar_tokens_per_second", "speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing_noisy",
            "repeats", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric", "ref_nll",
            "target_seconds", "draft_seconds", "other_seconds", "verify_block", "cost_ratio", "cost_bound",
-           "speedup_exceeds_mat", "batch_size", "speedup_vs_bs1_ar")
+           "speedup_exceeds_mat", "batch_size", "speedup_vs_bs1_ar", "identical_to_ar_fraction", "sampling_check",
+           "timing_note")
 # benchmark.batch_size > 1 somewhere in the report: rows decoded together, and the speedup against AR at batch 1
 BATCH_METRICS = ("batch_size", "speedup_vs_bs1_ar")
 TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup", "speedup_ci",
-                 "timing_noisy", "lossless_fraction", "mismatch_fraction", "task_score", "ref_nll")
+                 "timing_noisy", "lossless_fraction", "mismatch_fraction", "identical_to_ar_fraction", "sampling_check",
+                 "task_score", "ref_nll")
+SAMPLING_METRICS = ("identical_to_ar_fraction", "sampling_check")  # shown where some job sampled
 # where the time goes, and what the machine allows (bench/bound.py): one table per report when measured
 TIME_COLUMNS = ("category", "seconds", "target_seconds", "draft_seconds", "other_seconds", "mean_accepted_tokens",
                 "verify_block", "cost_ratio", "cost_bound", "speedup", "speedup_exceeds_mat")
@@ -267,7 +270,8 @@ def tables(df: pd.DataFrame, ids: list[str], metrics: list[str]) -> dict[str, pd
     main = shown_columns(df[df["category"] == "all"] if "category" in df else df)
     trained = ["train_heldout_loss"] if "train_heldout_loss" in df and df["train_heldout_loss"].notna().any() else []
     batched = ["decoder", *BATCH_METRICS] if is_batched(df) else ["decoder"]
-    cols = [c for c in ids + batched + [m for m in TABLE_METRICS if m in main] + trained if c in main]
+    shown = [m for m in TABLE_METRICS if m in main and (m not in SAMPLING_METRICS or main[m].notna().any())]
+    cols = [c for c in ids + batched + shown + trained if c in main]
     out["main"] = main[list(dict.fromkeys(cols))].reset_index(drop=True)
     if has_categories(df):
         order = [c for c in df["category"].unique() if c != "all"] + ["all"]

@@ -216,6 +216,17 @@ class Measured:
     def batch_of(self, name: str) -> int:
         return 1 if name == REFERENCE else self.batch_size
 
+    @property
+    def sampling(self) -> bool:
+        return self.conf.decoder.temperature > 0
+
+    def same_tokens_check(self, name: str) -> bool:
+        """Whether ``name``'s tokens must equal the reference's: under greedy decoding every decoder's (lossless); under
+        sampling those whose drafts are guesses, not draws (the verifier then draws AR's own tokens for a seed)."""
+        if not self.conf.benchmark.check_lossless:
+            return False
+        return self.lossless or (self.sampling and not sampled_drafts(name))
+
     def timed_unit(self, name: str, sample: Sample) -> str | int:
         """What one timing covered: a prompt at batch 1, else its whole group (whose rows share the group's time)."""
         return sample.id if self.batch_of(name) == 1 else self.group_of[sample.id]
@@ -416,7 +427,7 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "target_seconds": _mean(t.target_seconds), "draft_seconds": _mean(t.draft_seconds),
                 "same_tokens_across_repeats": t.same_tokens if m.lossless else None,
                 "accepted": t.out.accepted, "host_reads": t.out.host_reads,
-                "identical_to_ar": t.out.tokens == ar_tokens if m.lossless else None,
+                "identical_to_ar": t.out.tokens == ar_tokens if m.same_tokens_check(name) else None,
                 "first_divergence": first_divergence(t.out.tokens, ar_tokens) if m.lossless else None,
                 **audit_fields(m.audits.get((name, s.id, k))),
                 "output": t.text,
@@ -429,6 +440,12 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "batch_size": m.batch_of(name), "group_rows": t.out.batch_size,
             })
     return rows
+
+
+def sampled_drafts(name: str) -> bool:
+    """Whether decoder ``name`` samples its drafts (rejection sampling; the peers and AR never do)."""
+    drafter = None if name in ("ar", REFERENCE) else decoder_class(name).drafter_class
+    return drafter is not None and drafter.sampled_drafts
 
 
 def summary_rows(m: Measured) -> list[dict]:
@@ -500,6 +517,10 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "ar_time_cv": ar_cv, "timing_noisy": timing.timing_noisy(speedup, low, high, ar_cv),
         "timing_note": "; ".join(notes) or None,  # why a CI is missing, or a category's timing is not its own
         "lossless_fraction": sum(same) / len(same) if m.lossless else None,
+        # under sampling: the share of prompts with AR's very tokens (same seed), for decoders whose drafts are guesses;
+        # a sampled draft keeps AR's distribution, not its tokens: `sampling_check` says which check a row answers to
+        "identical_to_ar_fraction": sum(same) / len(same) if m.sampling and m.same_tokens_check(name) else None,
+        "sampling_check": None if not m.sampling else "distribution" if sampled_drafts(name) else "tokens",
         "mismatch_fraction": mismatch_fraction(m.audits, name, [s.id for s in group]) if m.lossless else None,
         "task_score": score, "score_metric": metric, **{f"score_{k}": v for k, v in details.items()},
         **row_ref_nll(m.refs, group),
