@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -104,7 +105,10 @@ def test_results_files_and_their_meanings(models, prompt_file, tmp_path, capsys)
     assert results["skipped"]["prompts"] == 0 and results["meta"]["max_new_tokens"] == 8
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temp files
     table = capsys.readouterr().out
-    assert "| decoder" in table and "lossless_fraction" in table
+    assert "| decoder" in table and "lossless" in table
+    assert max(len(line) for line in table.splitlines() if line.startswith("|")) <= 120  # fits a terminal
+    csv = pd.read_csv(tmp_path / "results.csv")  # every column of every row
+    assert len(csv) == len(results["rows"]) and {"prompts", "ref_nll", "mismatch_fraction"} <= set(csv.columns)
 
 
 def test_second_turn_is_asked_after_the_models_own_answer(models, prompt_file, tmp_path):
@@ -399,3 +403,18 @@ def test_a_signal_during_the_wrap_up_follows_the_interrupt_contract(models, prom
     monkeypatch.setattr(runner, "reference_nlls", real)
     _, again, _ = run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.limit=2")
     assert again["complete"] is True and again["progress"]["resumed"] == 2  # nothing timed twice
+
+
+def test_console_table_shows_one_category_once(capsys, tmp_path):
+    from specnoise.bench.runner import print_summary
+
+    def row(decoder, category):
+        return dict(decoder=decoder, category=category, new_tokens=64, mean_accepted_tokens=1.5,
+                    tokens_per_second=100.0, speedup=1.2, speedup_ci_low=1.1, speedup_ci_high=1.3, timing_noisy=False,
+                    lossless_fraction=1.0, identical_to_ar_fraction=None, task_score=None, speedup_exceeds_mat=False,
+                    timing_note=None, batch_size=1)
+    print_summary([row(d, c) for d in ("ar", "pld") for c in ("humaneval", "all")], tmp_path / "results.json")
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [line.split("|")[2].strip() for line in table[1:]] == ["all", "all"]  # not humaneval and all again
+    print_summary([row(d, c) for d in ("ar", "pld") for c in ("qa", "math", "all")], tmp_path / "results.json")
+    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]) == 1 + 6

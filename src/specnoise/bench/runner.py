@@ -61,10 +61,14 @@ from specnoise.numerics import describe, use_numerics
 
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
-BATCH_COLUMNS = ["batch_size", "speedup_vs_bs1_ar"]  # shown in the console table when benchmark.batch_size > 1
-TABLE_COLUMNS = ["decoder", "category", "prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second",
-                 "speedup", "speedup_ci_low", "speedup_ci_high", "timing_noisy", "lossless_fraction",
-                 "mismatch_fraction", "task_score", "score_metric", "ref_nll"]
+# the console table: what fits a terminal (every column of every row: results.json and results.csv)
+BATCH_COLUMNS = ["batch_size", "speedup_vs_bs1_ar"]  # shown when benchmark.batch_size > 1
+TABLE_COLUMNS = ["decoder", "category", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup",
+                 "speedup_ci", "timing_noisy", "lossless_fraction", "task_score"]
+SHORT_NAMES = {"new_tokens": "tokens", "task_score": "score", "mean_accepted_tokens": "MAT",
+               "tokens_per_second": "tok/s", "speedup_ci": "95% CI", "timing_noisy": "noisy",
+               "lossless_fraction": "lossless", "identical_to_ar_fraction": "same tokens",
+               "speedup_vs_bs1_ar": "vs bs1 AR", "batch_size": "B"}
 TRACKED = ["speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing_noisy", "repeats",
            "mean_accepted_tokens", "tokens_per_second", "lossless_fraction", "task_score", "ref_nll", "sb_speedup",
            "sb_tokens_per_second", "target_seconds", "draft_seconds", "other_seconds", "cost_bound",
@@ -388,6 +392,10 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
     path = run_dir / "results.json"
     write_atomic(run_dir / "per_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in per_prompt))  # with scores
     write_atomic(path, json.dumps(results, indent=2))
+    if rows:  # the same rows for a spreadsheet or pandas
+        import pandas as pd
+
+        write_atomic(path.with_suffix(".csv"), lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
     return path, rows, per_prompt
 
 
@@ -556,9 +564,17 @@ def print_summary(rows: list[dict], path: Path) -> None:
     import pandas as pd
 
     batched = any(r.get("batch_size", 1) > 1 for r in rows)
-    columns = TABLE_COLUMNS[:1] + BATCH_COLUMNS + TABLE_COLUMNS[1:] if batched else TABLE_COLUMNS
-    shown = pd.DataFrame(rows)[columns].astype(object)
+    columns = TABLE_COLUMNS[:1] + BATCH_COLUMNS + TABLE_COLUMNS[1:] if batched else list(TABLE_COLUMNS)
+    if any(r["identical_to_ar_fraction"] is not None for r in rows):  # sampling: the token check that applies
+        columns[columns.index("lossless_fraction")] = "identical_to_ar_fraction"
+    table = pd.DataFrame(rows)
+    if table["category"].nunique() == 2:  # one category and `all`: the same numbers twice
+        table = table[table["category"] == "all"].copy()
+    table["speedup_ci"] = [f"{lo:.2f}-{hi:.2f}" if pd.notna(lo) and pd.notna(hi) else None
+                           for lo, hi in zip(table["speedup_ci_low"], table["speedup_ci_high"])]
+    shown = table[columns].astype(object).rename(columns=SHORT_NAMES)
     print(shown.where(shown.notna(), None).to_markdown(index=False, floatfmt=".3f", missingval="-"))
+    print(f"(every column: {path} and {path.with_suffix('.csv').name})")
     noisy = [r for r in rows if r["timing_noisy"]]
     if noisy:  # one line; the rows are results.json's timing_noisy
         judged = sum(r["timing_noisy"] is not None for r in rows)
