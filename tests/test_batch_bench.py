@@ -303,3 +303,21 @@ def test_the_warm_up_leaves_no_history_in_a_batchs_row_slots(target, draft):
     warm_up({"ouroboros": decoder}, random_prompts(3, seed=5, min_len=8), 24, 1, sizes=(3,))
     assert len(decoder.row_slots) == 3
     assert not decoder.drafter.pool and not any(row.drafter.pool for row in decoder.row_slots)
+
+
+def test_batched_wrap_up_says_each_stage_and_times_no_probe_it_discards(models, prompt_file, tmp_path, monkeypatch,
+                                                                          caplog):
+    from specnoise.bench import bound
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("t(q) timed at batch 1 for a batched job: its rows could not use it")
+
+    monkeypatch.setattr(bound, "forward_costs", no_timing)
+    with caplog.at_level("INFO", logger="specnoise"):
+        results, _ = run(models, prompt_file, tmp_path, "decoder=pld", "benchmark.batch_size=2", "benchmark.limit=2",
+                         "benchmark.cost_bound=true")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("after the timing: ")]
+    assert said == ["after the timing: scoring the answers", "after the timing: the reference NLL",
+                    "after the timing: the divergence audit", "after the timing: each decoder's verify block"]
+    pld = next(r for r in results["rows"] if r["decoder"] == "pld" and r["category"] == "all")
+    assert pld["verify_block"] >= 1.0 and pld["cost_bound"] is None

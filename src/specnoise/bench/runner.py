@@ -305,33 +305,42 @@ def wrap_up(setup: Setup, m: Measured, stop: Stop) -> None:
     (results.json then says "complete": false, and the continued run does the wrap-up again); a second one stops
     the stage in flight."""
     target, tokenizer = setup.target, setup.target.tokenizer
-    stages = [
-        lambda: score(m),
-        lambda: setattr(m, "refs", reference_nlls(target.model, tokenizer, m.samples,
-                                                  lambda s: dialogue_text(s, setup.template, [], tokenizer))),
-        lambda: setattr(m, "audits", audit_divergences(m.runs, target.model, m.reference) if m.lossless else {}),
-        lambda: setattr(m, "bounds", measure_bounds(setup, m) if not stop.signal else {}),  # timing: quiet job only
+    stages = [  # (what the log says, whether it runs, the stage): every stage after the progress bar says it runs
+        ("scoring the answers", True, lambda: score(m)),
+        ("the reference NLL", True, lambda: setattr(m, "refs", reference_nlls(
+            target.model, tokenizer, m.samples, lambda s: dialogue_text(s, setup.template, [], tokenizer)))),
+        ("the divergence audit", m.lossless,
+         lambda: setattr(m, "audits", audit_divergences(m.runs, target.model, m.reference))),
+        ("each decoder's verify block" + (" and the cost-bound probe t(1), t(q)" if m.batch_size == 1 else ""),
+         wants_bounds(setup), lambda: setattr(m, "bounds", measure_bounds(setup, m) if not stop.signal else {})),
     ]
+    stages = [(what, stage) for what, runs, stage in stages if runs]
     timing_stopped = stop.signal
     try:
-        for stage in stages:
+        for what, stage in stages:
             if not m.samples or stop.signal != timing_stopped:
                 return
+            log.info("after the timing: %s", what)
             stage()
     except Interrupted as second:
         stop.signal = stop.signal or second.name
 
 
+def wants_bounds(setup: Setup) -> bool:
+    """Whether bound.py's probe runs: not switched off, and not blind (compiled engines replay graphs the hook cannot
+    see). At batch size > 1 it counts the verify blocks only: a batched row's step is a forward of B x q tokens, which
+    t(q) at batch 1 does not price, so timing t(q) there would be thrown away."""
+    return setup.conf.benchmark.cost_bound and not engine_meta(setup.decoders.values())["compile"]
+
+
 def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
-    """bound.py's probe, unless switched off or blind (compiled engines replay graphs the hook cannot see)."""
-    if not setup.conf.benchmark.cost_bound or engine_meta(setup.decoders.values())["compile"]:
-        return {}
+    """bound.py's probe (``wants_bounds`` decides whether it runs)."""
     from specnoise.bench.bound import bounds
 
     longest = max(m.samples, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens))  # the most steps to count
     lengths = [len(setup.encode(s, [])) for s in m.samples]
     return bounds(setup.decoders, setup.target.model, setup.encode(longest, []), setup.budget,
-                  cache_len=int(fmean(lengths)) + setup.budget // 2)
+                  cache_len=int(fmean(lengths)) + setup.budget // 2, timed=m.batch_size == 1)
 
 
 def score(m: Measured) -> None:
