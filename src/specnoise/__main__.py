@@ -160,6 +160,7 @@ def entry() -> None:
     """``python -m specnoise`` and the ``specnoise`` script: checks and locks a named run directory, runs Hydra,
     and maps what Hydra refuses before the job starts to exit status 2 (bad input) instead of Hydra's 1."""
     run_dir = named_run_dir(sys.argv[1:])
+    fresh = run_dir is not None and not run_dir.exists()  # created here: removed again if no job gets to use it
     try:
         lock: contextlib.AbstractContextManager = contextlib.nullcontext()
         if run_dir is not None and os.environ.get("RANK", "0") == "0":
@@ -173,8 +174,22 @@ def entry() -> None:
         sys.exit(2)
     except SystemExit as done:
         if done.code == 1 and not _state["started"]:  # Hydra's own refusal: composition, override, run dir
+            leave_nothing_behind(run_dir if fresh else None)
             sys.exit(2)
         raise
+
+
+def leave_nothing_behind(run_dir: Path | None) -> None:
+    """After Hydra refused the command before any job started: the run directory this process created, and a sweep
+    directory holding only Hydra's multirun.yaml, are removed (a typo leaves no empty folders to wade through)."""
+    from specnoise.callbacks import SWEEPS_STARTED
+
+    for sweep in SWEEPS_STARTED:
+        if sweep.is_dir() and [p.name for p in sweep.iterdir()] == ["multirun.yaml"]:
+            (sweep / "multirun.yaml").unlink()
+            sweep.rmdir()
+    if run_dir is not None and run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()
 
 
 if __name__ == "__main__":

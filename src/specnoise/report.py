@@ -590,8 +590,14 @@ def run_report(conf: Config, run_dir: Path) -> Path:
     if not conf.report.runs:
         raise UserError("task=report needs runs to collect: report.runs=[outputs/multirun/DATE/TIME,...]")
     out_dir = Path(conf.report.out_dir) if conf.report.out_dir else run_dir
-    path = build_report([Path(r) for r in conf.report.runs], out_dir, conf.report,
-                        title=f"specnoise report: {conf.experiment}")
+    created = not out_dir.exists()
+    try:
+        path = build_report([Path(r) for r in conf.report.runs], out_dir, conf.report,
+                            title=f"specnoise report: {conf.experiment}")
+    except BaseException:  # a failed report leaves no empty folder behind
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        raise
     if conf.report.wandb:
         log_to_wandb(out_dir, conf)
     return path.parent
