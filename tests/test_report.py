@@ -292,3 +292,20 @@ def test_sampling_rows_show_which_check_applies(tmp_path):
     assert "identical_to_ar_fraction" in text and re.search(r"\| speculative .*\| distribution +\|", text)
     write_job(tmp_path / "g", ["decoder=pld"], [result_row("ar"), result_row("pld")])  # greedy: no such columns
     assert "sampling_check" not in build_report([tmp_path / "g"], tmp_path / "out2").read_text()
+
+
+def test_a_crowded_figure_saves_without_warnings(tmp_path):
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    from specnoise.report import _save
+
+    fig, axes = plt.subplots(4, 1, figsize=(1.0, 1.0))  # too small for its labels: tight_layout gives up, warning
+    for ax in axes:
+        ax.set_ylabel("a long label " * 3)
+        ax.set_title("t " * 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _save(fig, tmp_path / "crowded.png")
+    assert (tmp_path / "crowded.png").read_bytes().startswith(PNG)

@@ -148,3 +148,11 @@ def test_identical_answers_are_scored_once(humaneval):
     answers = [Answer(s, canonical(s), 0) for _ in range(3)]  # e.g. AR and two lossless decoders
     scores = score_answers(answers, ASSETS)
     assert scores[0] is scores[1] is scores[2] and scores[0]["score"] == 1.0
+
+
+def test_rouge_scoring_is_quiet(caplog):
+    cfg = BenchmarkConfig(name="cnndm", scorer="rouge")
+    s = Sample("0", "summarization", ["Summarize: ..."], reference="The cat sat.", scorer="rouge")
+    with caplog.at_level("INFO"):
+        score_answers([Answer(s, "The cat sat.", 0)], cfg)
+    assert not [r for r in caplog.records if r.name == "absl"]  # rouge_score's "Using default tokenizer."

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -381,7 +382,9 @@ def _finish_axes(ax, metric: str, hue: list[str]) -> None:
 
 
 def _save(fig, path: Path) -> None:
-    fig.tight_layout()
+    with warnings.catch_warnings():  # "Tight layout not applied" on crowded figures: bbox_inches="tight" still fits
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
     write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
     plt.close(fig)
 
