@@ -190,7 +190,9 @@ def test_sampling_at_b_above_one_runs_without_the_lossless_check(models, prompt_
                               "benchmark.batch_size=2", "benchmark.limit=3")
     assert {r["decoder"] for r in results["rows"]} == {"ar", "pld", REFERENCE}
     assert all(r["lossless_fraction"] is None for r in results["rows"])
-    assert all(r["identical_to_ar"] is None and r["batch_size"] in (1, 2) for r in per_prompt)
+    # guesses as drafts: each prompt's tokens are compared with AR's at batch 1 (same seed), not asserted lossless
+    assert all(isinstance(r["identical_to_ar"], bool) and r["batch_size"] in (1, 2) for r in per_prompt)
+    assert all(r["sampling_check"] == "tokens" and r["identical_to_ar_fraction"] is not None for r in results["rows"])
 
 
 def test_batch_1_only_peers_are_skipped_with_a_note(models, prompt_file, tmp_path, capsys):
