@@ -18,9 +18,10 @@ from omegaconf import OmegaConf
 
 from conftest import prompts as random_prompts
 from helpers_models import save_tiny_model, save_tiny_pair, write_jsonl
+from specnoise.bench import timing
 from specnoise.bench.measure import REFERENCE
-from specnoise.bench.runner import batch_skips, run_benchmark
-from specnoise.config import DECODER_SCHEMAS, BenchmarkConfig, ConfigError, config_dir
+from specnoise.bench.runner import batch_skips, decoder_configs, run_benchmark, set_up
+from specnoise.config import DECODER_SCHEMAS, BenchmarkConfig, ConfigError, UserError, config_dir
 from specnoise.decoding.base import Decoder, build_decoder
 from specnoise.report import build_report
 
@@ -127,8 +128,30 @@ def test_groups_of_b_with_a_partial_last_group(models, prompt_file, tmp_path, ba
     assert jacobi["speedup_vs_bs1_ar"] == pytest.approx(bs1["seconds"] / jacobi["seconds"])
     assert ar["speedup_vs_bs1_ar"] == pytest.approx(bs1["seconds"] / ar["seconds"])
     assert results["meta"]["batch_size"] == 3 and results["meta"]["skipped_decoders"] == {}
+    # the CI resamples the two groups (a group's prompts share one timing), not the four prompts
+    def group_seconds(name):
+        return [sum(r["seconds"] for r in per_prompt if r["decoder"] == name and (r["id"] in "012") == first)
+                for first in (True, False)]
+    ci = timing.speedup_ci(group_seconds("ar"), group_seconds("jacobi"), 2000, 0)
+    assert (jacobi["speedup_ci_low"], jacobi["speedup_ci_high"]) == pytest.approx(ci)
+    assert jacobi["timing_note"] is None and bs1["timing_note"] is None
+    prose = rows[("jacobi", "prose")]  # both prose prompts sit in group 0, with a code prompt
+    assert prose["speedup_ci_low"] is None and prose["timing_noisy"] is None
+    assert prose["timing_note"].startswith("timed in 1 batch: no speedup CI")
+    assert "decoded in batches with other categories' prompts" in prose["timing_note"]
+    assert rows[("ar", "prose")]["timing_note"] is None
     meta = results["meta"]
     assert meta["peak_rss_mib"] >= meta["peak_rss_before_timing_mib"] > 0
+
+
+def test_one_group_has_no_ci_and_says_why(models, prompt_file, tmp_path, capsys):
+    """All prompts in one batch: one timing, nothing to resample, so no CI and no CI verdict (never a zero-width
+    interval that looks certain)."""
+    results, _ = run(models, prompt_file, tmp_path, "decoder=pld", "benchmark.batch_size=4", "benchmark.limit=2")
+    pld = next(r for r in results["rows"] if r["decoder"] == "pld" and r["category"] == "all")
+    assert pld["speedup_ci_low"] is None and pld["speedup_ci_high"] is None and pld["timing_noisy"] is None
+    assert pld["timing_note"].startswith("timed in 1 batch: no speedup CI")
+    assert "timed in 1 batch" in capsys.readouterr().out
 
 
 def test_batch_size_one_is_the_unbatched_job(models, prompt_file, tmp_path, batch_calls):
@@ -167,7 +190,9 @@ def test_sampling_at_b_above_one_runs_without_the_lossless_check(models, prompt_
                               "benchmark.batch_size=2", "benchmark.limit=3")
     assert {r["decoder"] for r in results["rows"]} == {"ar", "pld", REFERENCE}
     assert all(r["lossless_fraction"] is None for r in results["rows"])
-    assert all(r["identical_to_ar"] is None and r["batch_size"] in (1, 2) for r in per_prompt)
+    # guesses as drafts: each prompt's tokens are compared with AR's at batch 1 (same seed), not asserted lossless
+    assert all(isinstance(r["identical_to_ar"], bool) and r["batch_size"] in (1, 2) for r in per_prompt)
+    assert all(r["sampling_check"] == "tokens" and r["identical_to_ar_fraction"] is not None for r in results["rows"])
 
 
 def test_batch_1_only_peers_are_skipped_with_a_note(models, prompt_file, tmp_path, capsys):
@@ -181,6 +206,15 @@ def test_batch_1_only_peers_are_skipped_with_a_note(models, prompt_file, tmp_pat
     assert "NOTE: hf_pld skipped at benchmark.batch_size=2" in out and "NOTE: hf_assisted skipped" in out
     rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
     assert rows[("hf_greedy", "all")]["lossless_fraction"] == 1.0 and rows[("hf_greedy", "all")]["batch_size"] == 2
+
+
+def test_only_skipped_decoders_asked_is_refused_before_loading(models, prompt_file):
+    conf, _ = configure(models, prompt_file, "decoder=hf_assisted", "draft.name=tiny-draft",
+                        f"draft.path={models['draft']}", "benchmark.batch_size=2", "model.path=/nonexistent/model")
+    with pytest.raises(UserError, match="hf_assisted skipped at benchmark.batch_size=2.*nothing else is measured"):
+        set_up(conf, None)  # before the (missing) model is looked for
+    conf.decoders = ["jacobi"]  # something else measured: runs without it
+    assert [c.name for c in decoder_configs(conf)] == ["ar", "jacobi"]
 
 
 def test_batch_skips_only_above_one(models, prompt_file):
@@ -271,3 +305,21 @@ def test_the_warm_up_leaves_no_history_in_a_batchs_row_slots(target, draft):
     warm_up({"ouroboros": decoder}, random_prompts(3, seed=5, min_len=8), 24, 1, sizes=(3,))
     assert len(decoder.row_slots) == 3
     assert not decoder.drafter.pool and not any(row.drafter.pool for row in decoder.row_slots)
+
+
+def test_batched_wrap_up_says_each_stage_and_times_no_probe_it_discards(models, prompt_file, tmp_path, monkeypatch,
+                                                                          caplog):
+    from specnoise.bench import bound
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("t(q) timed at batch 1 for a batched job: its rows could not use it")
+
+    monkeypatch.setattr(bound, "forward_costs", no_timing)
+    with caplog.at_level("INFO", logger="specnoise"):
+        results, _ = run(models, prompt_file, tmp_path, "decoder=pld", "benchmark.batch_size=2", "benchmark.limit=2",
+                         "benchmark.cost_bound=true")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("after the timing: ")]
+    assert said == ["after the timing: scoring the answers", "after the timing: the reference NLL",
+                    "after the timing: the divergence audit", "after the timing: each decoder's verify block"]
+    pld = next(r for r in results["rows"] if r["decoder"] == "pld" and r["category"] == "all")
+    assert pld["verify_block"] >= 1.0 and pld["cost_bound"] is None

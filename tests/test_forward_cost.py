@@ -77,7 +77,7 @@ def test_forward_cost_files_for_a_random_model(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "forward_cost.csv")
     assert list(table.q) == [1, 2, 4]  # t(1) always measured
     assert list(table.columns) == ["q", "ms", "ms_per_token", "ratio_to_q1", "min_ms"]
-    assert (table.min_ms > 0).all() and (table.min_ms <= table.ms).all() and table.ratio_to_q1[0] == 1.0
+    assert table.min_ms.notna().all() and (table.min_ms <= table.ms).all() and table.ratio_to_q1[0] == 1.0
     assert table.ms_per_token.tolist() == pytest.approx((table.ms / table.q).tolist())
     text = md.read_text()
     assert "cache_len: 32" in text and "ratio_to_q1" in text and "forward_cost.png" in text

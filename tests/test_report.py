@@ -237,3 +237,75 @@ def test_sweep_plot_axis_only_for_a_key_that_varies_on_its_own(tmp_path):
                   [result_row("ar"), result_row("pld", speedup=1.0 + limit / 10)])
     build_report([tmp_path / "s"], tmp_path / "out2")
     assert (tmp_path / "out2" / "sweep_benchmark.limit.png").is_file()
+
+
+def test_mixed_numeric_overrides_report_with_defaults_shown_as_values(tmp_path, capsys):
+    """Jobs that set different numeric keys (one benchmark.repeats=3, one not): the report is built, and a job that
+    left a key at its default shows that default (from its results.json config), not a blank or "none"."""
+    rows = lambda s: [result_row("ar"), result_row("speculative", speedup=s, mat=2.0)]  # noqa: E731
+    write_job(tmp_path / "m" / "0", ["decoder=speculative", "decoder.gamma=2", "benchmark.repeats=3"], rows(1.1))
+    job = write_job(tmp_path / "m" / "1", ["decoder=speculative", "decoder.gamma=4"], rows(1.2))
+    data = json.loads((job / "results.json").read_text())
+    data["config"]["benchmark"] = {"repeats": 1}
+    (job / "results.json").write_text(json.dumps(data))
+    write_job(tmp_path / "m" / "2", ["decoder=speculative", "decoder.gamma=8"], rows(1.3))  # no config: unknown
+    build_report([tmp_path / "m"], tmp_path / "out")
+    df = pd.read_csv(tmp_path / "out" / "report.csv")
+    assert df.groupby("job")["benchmark.repeats"].first().tolist()[:2] == [3, 1]
+    assert "## Results (category all)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_failed_job_keeps_the_swept_column_of_the_surviving_row(tmp_path):
+    write_job(tmp_path / "s" / "0", ["decoder=pld", "decoder.num_pred_tokens=4"], [result_row("ar"),
+                                                                                    result_row("pld", speedup=1.2)])
+    write_job(tmp_path / "s" / "1", ["decoder=pld", "decoder.num_pred_tokens=8"], error="error: boom")
+    text = build_report([tmp_path / "s"], tmp_path / "out").read_text()
+    results = text.split("## Results (category all)")[1].split("##")[0]
+    assert "decoder.num_pred_tokens" in results.splitlines()[2]  # the table's header
+
+
+def test_noise_is_one_line_per_job_after_the_results(tmp_path, capsys):
+    for num in range(2):
+        rows = [result_row("ar", speedup_ci_low=1.0, speedup_ci_high=1.0, timing_noisy=False)]
+        rows += [result_row(d, speedup=1.5, speedup_ci_low=0.9, speedup_ci_high=2.4, timing_noisy=True,
+                            ar_time_cv=0.3 if d == "pld" else 0.01) for d in ("pld", "jacobi", "lookahead")]
+        write_job(tmp_path / "m" / str(num), [f"decoder.draft_len={num + 3}"], rows)
+    text = build_report([tmp_path / "m"], tmp_path / "out").read_text()
+    assert text.index("## Results (category all)") < text.index("## Timing noise")
+    noise = text.split("## Timing noise")[1].split("<details>")[0]
+    job_lines = [line for line in noise.splitlines() if line.startswith("- ")]
+    assert len(job_lines) == 2 and all("3 of 4 rows noisy" in line for line in job_lines)
+    assert "3 with a 95% CI wider than +-15%" in job_lines[0] and "1 where AR's time moved" in job_lines[0]
+    listed = text.split("<details>")[1]
+    assert "- 0: decoder.draft_len=3 decoder=pld category=all" in listed  # keys named, not bare values
+    out = capsys.readouterr().out
+    assert out.index("speedup") < out.index("NOISY TIMING") and out.count("rows noisy") == 2
+
+
+def test_sampling_rows_show_which_check_applies(tmp_path):
+    rows = [result_row("ar", lossless_fraction=None, identical_to_ar_fraction=1.0, sampling_check="tokens"),
+            result_row("pld", lossless_fraction=None, identical_to_ar_fraction=1.0, sampling_check="tokens"),
+            result_row("speculative", lossless_fraction=None, identical_to_ar_fraction=None,
+                       sampling_check="distribution")]
+    write_job(tmp_path / "s", ["decoder.temperature=0.8"], rows)
+    text = build_report([tmp_path / "s"], tmp_path / "out").read_text()
+    assert "identical_to_ar_fraction" in text and re.search(r"\| speculative .*\| distribution +\|", text)
+    write_job(tmp_path / "g", ["decoder=pld"], [result_row("ar"), result_row("pld")])  # greedy: no such columns
+    assert "sampling_check" not in build_report([tmp_path / "g"], tmp_path / "out2").read_text()
+
+
+def test_a_crowded_figure_saves_without_warnings(tmp_path):
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    from specnoise.report import _save
+
+    fig, axes = plt.subplots(4, 1, figsize=(1.0, 1.0))  # too small for its labels: tight_layout gives up, warning
+    for ax in axes:
+        ax.set_ylabel("a long label " * 3)
+        ax.set_title("t " * 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _save(fig, tmp_path / "crowded.png")
+    assert (tmp_path / "crowded.png").read_bytes().startswith(PNG)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -15,7 +16,7 @@ from omegaconf import OmegaConf
 
 from helpers_models import save_tiny_model, save_tiny_pair, tiny_tokenizer, write_jsonl
 from specnoise.bench.datasets import dialogue_text, load_benchmark
-from specnoise.bench.runner import decoder_configs, first_divergence, run_benchmark
+from specnoise.bench.runner import decoder_configs, first_divergence, run_benchmark, sampled_drafts
 from specnoise.config import DECODER_SCHEMAS, JacobiConfig, UserError, config_dir
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DECODER_MODULES, decoder_class
@@ -104,7 +105,10 @@ def test_results_files_and_their_meanings(models, prompt_file, tmp_path, capsys)
     assert results["skipped"]["prompts"] == 0 and results["meta"]["max_new_tokens"] == 8
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temp files
     table = capsys.readouterr().out
-    assert "| decoder" in table and "lossless_fraction" in table
+    assert "| decoder" in table and "lossless" in table
+    assert max(len(line) for line in table.splitlines() if line.startswith("|")) <= 120  # fits a terminal
+    csv = pd.read_csv(tmp_path / "results.csv")  # every column of every row
+    assert len(csv) == len(results["rows"]) and {"prompts", "ref_nll", "mismatch_fraction"} <= set(csv.columns)
 
 
 def test_second_turn_is_asked_after_the_models_own_answer(models, prompt_file, tmp_path):
@@ -129,7 +133,7 @@ def test_every_decoder_is_lossless_through_the_runner(models, prompt_file, tmp_p
                                  "benchmark.limit=2")  # one single-turn and one two-turn prompt
     mine = {r["category"]: r for r in results["rows"] if r["decoder"] == name}
     assert mine["all"]["lossless_fraction"] == 1.0 and mine["all"]["prompts"] == 2
-    assert mine["all"]["speedup"] > 0 and mine["all"]["ar_seconds"] > 0
+    assert mine["all"]["speedup"] == pytest.approx(mine["all"]["ar_seconds"] / mine["all"]["seconds"])
     assert all(r["identical_to_ar"] for r in per_prompt)
     assert {r["decoder"] for r in per_prompt} == {"ar", name}
 
@@ -182,11 +186,42 @@ def test_long_prompts_are_skipped_and_counted(models, prompt_file, tmp_path):
         run(models, tmp_path, "decoder=ar", *jsonl_args(prompt_file), "benchmark.max_prompt_tokens=2")
 
 
-def test_sampling_has_no_lossless_check(models, prompt_file, tmp_path):
-    _, results, per_prompt = run(models, tmp_path, "decoder=ar", "decoder.temperature=0.8", *jsonl_args(prompt_file),
+def test_sampling_checks_tokens_where_drafts_are_guesses_and_names_the_check(models, prompt_file, tmp_path):
+    """Under sampling no lossless check, but with one seed a decoder whose drafts are guesses draws AR's very tokens
+    (identical_to_ar_fraction 1.0); speculative decoding's sampled drafts keep the distribution, not the tokens."""
+    _, results, per_prompt = run(models, tmp_path, "decoder=speculative", "decoders=[pld]", "decoder.temperature=0.8",
+                                 "draft.name=tiny-draft", f"draft.path={models['draft']}", *jsonl_args(prompt_file),
                                  "benchmark.limit=2")
-    assert all(r["lossless_fraction"] is None for r in results["rows"])
-    assert all(r["identical_to_ar"] is None and r["first_divergence"] is None for r in per_prompt)
+    rows = {r["decoder"]: r for r in results["rows"] if r["category"] == "all"}
+    assert all(r["lossless_fraction"] is None and r["mismatch_fraction"] is None for r in results["rows"])
+    assert rows["pld"]["identical_to_ar_fraction"] == 1.0 and rows["pld"]["sampling_check"] == "tokens"
+    spec = rows["speculative"]
+    assert spec["identical_to_ar_fraction"] is None and spec["sampling_check"] == "distribution"
+    assert all(r["identical_to_ar"] is (None if r["decoder"] == "speculative" else True) for r in per_prompt)
+    assert all(r["first_divergence"] is None for r in per_prompt)
+    assert results["meta"]["config_warnings"] == []
+
+
+def test_which_sampling_check_applies_follows_each_decoders_config(models):
+    """Ouroboros' drafts are greedy guesses unless its config samples them (decoder=ouroboros_sampled): the check
+    follows the config, not the decoder's name; the entries of ``decoders`` are their schema defaults."""
+    for overrides, expected in [(["decoder=ouroboros"], False), (["decoder=ouroboros_sampled"], True),
+                                (["decoder=ouroboros", "decoder.sampled_drafts=true"], True),
+                                (["decoder=pld", "decoders=[speculative,ouroboros]"], None)]:
+        conf, _ = configure(models, *overrides)
+        if expected is None:
+            assert [sampled_drafts(conf, n) for n in ("ar", "pld", "speculative", "ouroboros")] == [
+                False, False, True, False]
+        else:
+            assert sampled_drafts(conf, "ouroboros") is expected
+
+
+def test_sampling_keys_at_temperature_zero_are_warned_in_the_results(models, prompt_file, tmp_path, caplog):
+    _, results, _ = run(models, tmp_path, "decoder=ar", "decoder.top_p=0.9", *jsonl_args(prompt_file),
+                        "benchmark.limit=1")
+    (warning,) = results["meta"]["config_warnings"]
+    assert warning.startswith("decoder.top_p=0.9 ignored: decoder.temperature=0 decodes greedily")
+    assert all(r["identical_to_ar_fraction"] is None and r["sampling_check"] is None for r in results["rows"])
 
 
 def test_scored_benchmark_fills_task_score(models, tmp_path):
@@ -382,3 +417,18 @@ def test_a_signal_during_the_wrap_up_follows_the_interrupt_contract(models, prom
     monkeypatch.setattr(runner, "reference_nlls", real)
     _, again, _ = run(models, tmp_path, "decoder=pld", *jsonl_args(prompt_file), "benchmark.limit=2")
     assert again["complete"] is True and again["progress"]["resumed"] == 2  # nothing timed twice
+
+
+def test_console_table_shows_one_category_once(capsys, tmp_path):
+    from specnoise.bench.runner import print_summary
+
+    def row(decoder, category):
+        return dict(decoder=decoder, category=category, new_tokens=64, mean_accepted_tokens=1.5,
+                    tokens_per_second=100.0, speedup=1.2, speedup_ci_low=1.1, speedup_ci_high=1.3, timing_noisy=False,
+                    lossless_fraction=1.0, identical_to_ar_fraction=None, task_score=None, speedup_exceeds_mat=False,
+                    timing_note=None, batch_size=1)
+    print_summary([row(d, c) for d in ("ar", "pld") for c in ("humaneval", "all")], tmp_path / "results.json")
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [line.split("|")[2].strip() for line in table[1:]] == ["all", "all"]  # not humaneval and all again
+    print_summary([row(d, c) for d in ("ar", "pld") for c in ("qa", "math", "all")], tmp_path / "results.json")
+    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]) == 1 + 6

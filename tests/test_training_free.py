@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,7 +115,7 @@ def test_a_text_corpus_is_tokenized_once_and_cached(tokenized, tmp_path):
     cache = tmp_path / "cache"
     decoder = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(cache)), tokenized)
     files = sorted(p.name for p in cache.iterdir())
-    assert len(files) == 3 and decoder.meta["corpus_build_seconds"] >= 0  # tokens, their tokenizer, suffix array
+    assert len(files) == 3 and "corpus_build_seconds" in decoder.meta  # tokens, their tokenizer, suffix array
     docs = ["Add.\ndef add(a, b):\n    return a + b", "for i in range(10):\n    print(i)"]  # fields joined by lines
     assert decoder.meta["corpus_tokens"] == sum(len(tokenized.tokenizer(d)["input_ids"]) for d in docs)
     again = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(cache)), dataclasses.replace(tokenized, engines={}))
@@ -169,3 +170,38 @@ def test_a_tree_too_large_for_the_context_is_a_config_error(name, options):
     short = make_model("llama", max_position_embeddings=32)
     with pytest.raises(ConfigError, match="context of 32"):
         build_decoder(schema(name, **options), short)
+
+
+@pytest.mark.parametrize("name", ["rest", "sam"])
+def test_a_malformed_corpus_says_file_line_column_as_benchmark_path_does(tokenized, tmp_path, name):
+    from specnoise.bench.datasets import read_records
+    from specnoise.config import DECODER_SCHEMAS, UserError
+
+    bad = write_corpus(tmp_path / "bad.jsonl", [{"text": "fine"}])
+    Path(bad).write_text('{"text": "fine"}\n{"text": oops}\n')
+    with pytest.raises(UserError) as as_corpus:
+        build_decoder(DECODER_SCHEMAS[name](corpus=bad, cache_dir=str(tmp_path / "cache")), tokenized)
+    with pytest.raises(UserError) as as_prompts:
+        read_records(bad)
+    where = f"{bad}, line 2, column 10: not valid JSON (Expecting value); one JSON value per line"
+    assert str(as_corpus.value) == f"decoder.corpus: {where}" and str(as_prompts.value) == f"benchmark.path: {where}"
+
+
+def test_rest_keeps_a_bounded_number_of_step_graphs(tokenized, tmp_path, monkeypatch):
+    """REST's trie shapes vary almost every step: past the cap a shape runs eagerly, unrecorded, and the tokens stay
+    AR's. The engine here pretends to replay graphs and counts what it is asked to record."""
+    from specnoise.decoding import verifier
+
+    monkeypatch.setattr(verifier, "MAX_FUNCTIONS", 3)
+    corpus = write_corpus(tmp_path / "c.jsonl", [{"text": "def add(a, b):\n    return a + b\n" * 3},
+                                                {"text": "for i in range(10):\n    print(i)\n" * 3}])
+    decoder = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(tmp_path / "cache"), min_suffix=1), tokenized)
+    engine = decoder.verifier.engine
+    recorded = []
+    monkeypatch.setattr(engine, "graphs", True, raising=False)
+    monkeypatch.setattr(engine, "graph", lambda fn: recorded.append(fn) or fn, raising=False)
+    prompt = tokenized.tokenizer("def add(a, b):\n")["input_ids"]
+    out = decoder.generate(prompt, 40)
+    assert out.target_forwards > 3  # more steps (each a new trie shape at most) than the cap
+    assert len(decoder.verifier.functions) == len(recorded) <= 3
+    assert out.tokens == build_decoder(schema("ar"), tokenized).generate(prompt, 40).tokens

@@ -120,3 +120,26 @@ def test_a_draw_per_input_keeps_the_target_distribution_for_any_proposal(candida
     wrong = torch.where(torch.rand(TRIALS, generator=torch.Generator().manual_seed(1)) < p.max() + 0.2,
                         torch.tensor(best), sampled_first_tokens(shape, rows, candidates))
     assert tv(wrong, p) > THRESHOLD
+
+
+def test_a_sampled_tree_step_warps_only_inputs_with_children_and_the_best(monkeypatch):
+    """Under sampling a node is tested against its parent's draw: leaves need no warp (only the accepted best's, for
+    the bonus), and the tokens are those of warping every row."""
+    from specnoise.decoding import verifier
+
+    parents = [0, 1, 0, 3, 4, 0, 6, 7]  # inputs with children: 0, 1, 3, 4, 6, 7 (leaves 2, 5, 8)
+    shape = tree_shape(parents, [[0, 1, 2], [0, 3, 4, 5], [0, 6, 7, 8]])
+    logits = torch.randn(9, 10, generator=torch.Generator().manual_seed(0)) * 3
+    nodes = torch.tensor([4, 9, 4, 5, 6, 4, 5, 7])
+    u = torch.rand(shape.span, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    cfg = ARConfig(temperature=0.9, top_p=0.9)
+    rows: list[int] = []
+    real = verifier.warp
+    monkeypatch.setattr(verifier, "warp", lambda x, c: rows.append(x.shape[0]) or real(x, c))
+    read, *_ = Verifier(None, None, cfg).verify(shape, None, logits, nodes, u, None, None)
+    assert rows == [6, 1]
+    # the same draws as warping all nine rows at once
+    picks = verifier.draw(real(logits, cfg), u.index_select(0, shape.depth))
+    a = int(read[0])
+    path = read[1 + shape.span:1 + 2 * shape.span][:a + 1].tolist()
+    assert read[1:a + 2].tolist() == picks[path].tolist()

@@ -29,7 +29,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from specnoise.conf_store import register
-from specnoise.config import Config, UserError, config_dir
+from specnoise.config import Config, UserError, config_dir, config_warnings, refuse_ignored_overrides
 from specnoise.files import RunDirBusy, RunLock, write_atomic
 from specnoise.ranks import quiet_rank_args, rank, tensor_parallel
 
@@ -40,14 +40,18 @@ NO_JOB_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "
 _state = {"started": False, "locked": None}  # whether Hydra reached the job; the run dir `entry` locked
 
 
-def run(cfg: DictConfig, run_dir: Path, tuning: bool = False) -> dict | float:
+def run(cfg: DictConfig, run_dir: Path, overrides: list[str] = (), tuning: bool = False) -> dict | float:
     """Run one job; returns a small summary (also what multirun jobs leave in their directory), or, for a trial of
-    an Optuna search (``tuning``), its objective value (tune.py)."""
+    an Optuna search (``tuning``), its objective value (tune.py). ``overrides`` are the job's command-line
+    overrides: a key among them that no stage of the job reads is refused."""
     conf: Config = OmegaConf.to_object(cfg)  # dataclass __post_init__ checks every range here
+    refuse_ignored_overrides(conf, list(overrides))  # before anything loads
     if tuning:
         from specnoise.tune import check_tunable
 
         check_tunable(conf)
+    for warning in config_warnings(conf):
+        log.warning("warning: %s", warning)
 
     if conf.task == "report":
         from specnoise.report import run_report
@@ -105,6 +109,14 @@ def _is_tuning() -> bool:
     return target.startswith(("hydra_plugins.specnoise_tune.", "hydra_plugins.hydra_optuna_sweeper."))
 
 
+def continue_advice(run_dir: Path) -> str:
+    """How to continue a stopped job: a sweep's jobs continue in their sweep directory, a single run in its own."""
+    if _is_multirun():
+        return (f"run the same command (-m) with hydra.sweep.dir={HydraConfig.get().sweep.dir} to continue: each job "
+                "continues in its own folder")
+    return f"run the same command with hydra.run.dir={run_dir} to continue"
+
+
 def _fail(run_dir: Path, message: str, trace: str | None) -> None:
     """A failed job leaves its error in its own directory (the report lists it; a sweep exits non-zero)."""
     write_atomic(run_dir / "FAILED.json", json.dumps({"error": message, "traceback": trace}, indent=2))
@@ -125,9 +137,9 @@ def main(cfg: DictConfig) -> dict | float | None:
         with lock:
             (run_dir / "FAILED.json").unlink(missing_ok=True)  # an earlier attempt's failure; this one decides
             try:
-                return run(cfg, run_dir, tuning=_is_tuning())
+                return run(cfg, run_dir, HydraConfig.get().overrides.task, tuning=_is_tuning())
             except Interrupted as stop:  # results.json holds the finished prompts
-                log.warning(str(stop))
+                log.warning(f"{stop}; {continue_advice(run_dir)}")
                 sys.exit(stop.exit_code)
             except (UserError, FileNotFoundError) as err:
                 _fail(run_dir, f"error: {err}", None)
@@ -174,6 +186,7 @@ def entry() -> None:
     if rank() != 0 and tensor_parallel(sys.argv[1:]):  # rank 0 alone checks, locks and writes the run directory
         sys.argv[1:] = quiet_rank_args(sys.argv[1:], run_dir)
         run_dir = None
+    fresh = run_dir is not None and not run_dir.exists()  # created here: removed again if no job gets to use it
     try:
         lock: contextlib.AbstractContextManager = contextlib.nullcontext()
         if run_dir is not None and os.environ.get("RANK", "0") == "0":
@@ -187,8 +200,22 @@ def entry() -> None:
         sys.exit(2)
     except SystemExit as done:
         if done.code == 1 and not _state["started"]:  # Hydra's own refusal: composition, override, run dir
+            leave_nothing_behind(run_dir if fresh else None)
             sys.exit(2)
         raise
+
+
+def leave_nothing_behind(run_dir: Path | None) -> None:
+    """After Hydra refused the command before any job started: the run directory this process created, and a sweep
+    directory holding only Hydra's multirun.yaml, are removed (a typo leaves no empty folders to wade through)."""
+    from specnoise.callbacks import SWEEPS_STARTED
+
+    for sweep in SWEEPS_STARTED:
+        if sweep.is_dir() and [p.name for p in sweep.iterdir()] == ["multirun.yaml"]:
+            (sweep / "multirun.yaml").unlink()
+            sweep.rmdir()
+    if run_dir is not None and run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()
 
 
 if __name__ == "__main__":

@@ -22,9 +22,15 @@ from specnoise.config import ReportConfig, UserError
 log = logging.getLogger("specnoise.report")
 
 
+SWEEPS_STARTED: list[Path] = []  # this process's sweep dirs: the entry point removes one a refused sweep left empty
+
+
 class ReportCallback(Callback):
     def __init__(self, subdir: str = "report") -> None:
         self.subdir = subdir
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        SWEEPS_STARTED.append(Path(config.hydra.sweep.dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

@@ -25,9 +25,14 @@ from specnoise.config import (
 def register() -> None:
     """Register every schema so YAML options can extend ``/schema/<group>/<name>``, and the resolver
     ``${asset:models/small-code}`` -> an absolute path inside the package, so shipped models and data resolve the
-    same from a clone, an editable install or a wheel. Idempotent."""
+    same from a clone, an editable install or a wheel; and ``${run_dir:...}``, the run directory of a job
+    (conf/config.yaml's hydra.run.dir): a report with ``report.out_dir`` runs in that folder instead of making a
+    timestamped one beside it. Idempotent."""
     if not OmegaConf.has_resolver("asset"):
         OmegaConf.register_new_resolver("asset", lambda rel: str(ASSETS_DIR / rel))
+    if not OmegaConf.has_resolver("run_dir"):
+        OmegaConf.register_new_resolver("run_dir", lambda task, out_dir, stamped: out_dir if task == "report" and
+                                        out_dir else stamped)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="model", node=ModelConfig)

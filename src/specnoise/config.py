@@ -700,3 +700,54 @@ class Config:
         check(budget is None or self.benchmark.name == "none" or budget == self.benchmark.max_new_tokens,
               "decoder.max_new_tokens", f"got {budget} but benchmark.max_new_tokens={self.benchmark.max_new_tokens}: "
               "a benchmark has one generation length, set benchmark.max_new_tokens only")
+
+
+# ------------------------------------------------------------------------- keys the chosen options ignore
+# Keys that only one option reads. Set on the command line while that option is off, such a key would be accepted and
+# ignored (`train=jacobi_forcing train.cllm.prompts=8` collected on every prompt), so it is refused. Group options and
+# presets set these keys legitimately for options they do not pick, so only the user's own overrides are checked:
+# the entry point, the one module that knows Hydra, hands them to `refuse_ignored_overrides`. First match wins, so a
+# narrow prefix comes before a wider one; a prefix ending in "." matches the keys below it, not the group choice
+# itself (`train=none` chooses, `train.max_steps=5` is a key of the stage).
+STAGES = "a training stage (train=sft|msn|pretrain|cllm|jacobi_forcing)"
+READ_ONLY_BY: list[tuple[str, str, Any]] = [  # (key prefix, who reads it, whether the composed config reads it)
+    ("train.cllm", "train=cllm", lambda c: c.train.name == "cllm"),
+    ("train.jacobi_forcing", "train=jacobi_forcing", lambda c: c.train.name == "jacobi_forcing"),
+    ("train.noise", "train=msn", lambda c: c.train.name == "msn"),
+    ("train.arch", "train=pretrain (or task=forward_cost with forward_cost.arch=random)",
+     lambda c: c.train.name == "pretrain" or (c.task == "forward_cost" and c.forward_cost.arch == "random")),
+    ("train.tokenizer_path", "train=pretrain", lambda c: c.train.name == "pretrain"),
+    ("train.", STAGES, lambda c: c.train.name != "none"),
+    ("data", STAGES, lambda c: c.train.name != "none"),
+    ("forward_cost", "task=forward_cost", lambda c: c.task == "forward_cost"),
+    ("benchmark.max_new_tokens", "", lambda c: True),  # also the budget of a single `prompt`
+    ("benchmark.template", "", lambda c: True),  # also the template of a single `prompt`
+    ("benchmark.", "a benchmark (benchmark=NAME)", lambda c: c.task == "run" and c.benchmark.name != "none"),
+    ("decoders", "a benchmark (benchmark=NAME)", lambda c: c.task == "run" and c.benchmark.name != "none"),
+]
+
+
+def override_key(override: str) -> str:
+    """The key of a command-line override (``+a.b=1``, ``~a.b``, ``a.b=1`` -> ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def refuse_ignored_overrides(conf: Config, overrides: list[str]) -> None:
+    """Refuse (one line, exit 2) an override of a key that no stage of this job reads; before any model loads."""
+    for key in map(override_key, overrides):
+        for prefix, reader, reads in READ_ONLY_BY:
+            if key.startswith(prefix) if prefix.endswith(".") else (key == prefix or key.startswith(prefix + ".")):
+                check(reads(conf), key, f"only {reader} reads it, and this job does not run that (train="
+                      f"{conf.train.name}, benchmark={conf.benchmark.name}, task={conf.task}): drop the key or "
+                      "choose the option that reads it")
+                break
+
+
+def config_warnings(conf: Config) -> list[str]:
+    """Settings that run but do less than they say: each one line, logged at start and kept in results.json."""
+    d = conf.decoder
+    set_keys = [f"decoder.{k}={getattr(d, k)}" for k in ("top_p", "top_k") if getattr(d, k) != NEUTRAL_SAMPLING[k]]
+    if d.temperature == 0 and set_keys:  # refused would break a temperature sweep that includes 0
+        return [f"{' and '.join(set_keys)} ignored: decoder.temperature=0 decodes greedily (set decoder.temperature "
+                "> 0 to sample with them)"]
+    return []

@@ -1,11 +1,15 @@
 """Result files, shared by the runner and the report: atomic writes (a crash never leaves half a file),
-durable appends (a killed run keeps every finished line), and the lock that keeps one job per run directory.
+durable appends (a killed run keeps every finished line), and the lock that keeps one job per run directory; and the
+one reader of the users' JSON / JSONL files (benchmark prompts, training data, decoders' corpora), whose every error
+names the key, the file, the line and the column.
 
 Every file is created with mode 0666 minus the umask (0644 under umask 022), like any file a shell writes.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import secrets
 import socket
@@ -98,3 +102,44 @@ class RunLock:
         except PermissionError:  # alive, owned by someone else
             return False
         return False
+
+
+def read_json_rows(path: str | Path, key: str) -> list[tuple[str, object]]:
+    """The rows of a .json file (a list; ``{"data": [...]}`` or another wrapper's first list; any other value is one
+    row) or of a .jsonl file (one value per line, blank lines skipped), either optionally .gz, each with where it came
+    from. ``key`` is the config key that named the file: every error says it, with the file, line and column."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"{key}: no file at {p}")
+    opener = gzip.open if p.name.endswith(".gz") else open
+    if p.stat().st_size == 0:
+        return []  # the caller says what an empty file means for it
+    try:
+        with opener(p, "rt", encoding="utf-8") as f:
+            if p.name.removesuffix(".gz").endswith(".json"):
+                try:
+                    data = json.load(f)
+                except json.JSONDecodeError as err:
+                    raise UserError(f"{key}: {p}, line {err.lineno}, column {err.colno}: not valid JSON "
+                                    f"({_json_error(err)})") from None
+                if isinstance(data, dict):
+                    data = data["data"] if isinstance(data.get("data"), list) else \
+                        next((v for v in data.values() if isinstance(v, list)), [data])
+                rows = data if isinstance(data, list) else [data]
+                return [(f"{p}, record {i}", row) for i, row in enumerate(rows, 1)]
+            rows = []
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append((f"{p}, line {i}", json.loads(line)))
+                    except json.JSONDecodeError as err:
+                        raise UserError(f"{key}: {p}, line {i}, column {err.pos + 1}: not valid JSON "
+                                        f"({_json_error(err)}); one JSON value per line") from None
+            return rows
+    except UnicodeDecodeError as err:
+        raise UserError(f"{key}: {p}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def _json_error(err: json.JSONDecodeError) -> str:
+    # some of json's messages end in "at", written to be followed by the position the message no longer carries
+    return err.msg.removesuffix(" at")

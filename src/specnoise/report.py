@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import yaml  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from specnoise.bench.measure import REFERENCE  # noqa: E402  (a batched job's AR at batch 1, drawn like AR)
-from specnoise.bench.timing import ADVICE  # noqa: E402
+from specnoise.bench.timing import ADVICE, noise_reasons  # noqa: E402
 from specnoise.config import Config, ReportConfig, UserError  # noqa: E402
 from specnoise.files import write_atomic  # noqa: E402
 from specnoise.report_html import write_html  # noqa: E402
@@ -37,11 +38,14 @@ METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_a
            "ar_tokens_per_second", "speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing_noisy",
            "repeats", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric", "ref_nll",
            "target_seconds", "draft_seconds", "other_seconds", "verify_block", "cost_ratio", "cost_bound",
-           "speedup_exceeds_mat", "batch_size", "speedup_vs_bs1_ar")
+           "speedup_exceeds_mat", "batch_size", "speedup_vs_bs1_ar", "identical_to_ar_fraction", "sampling_check",
+           "timing_note")
 # benchmark.batch_size > 1 somewhere in the report: rows decoded together, and the speedup against AR at batch 1
 BATCH_METRICS = ("batch_size", "speedup_vs_bs1_ar")
 TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup", "speedup_ci",
-                 "timing_noisy", "lossless_fraction", "mismatch_fraction", "task_score", "ref_nll")
+                 "timing_noisy", "lossless_fraction", "mismatch_fraction", "identical_to_ar_fraction", "sampling_check",
+                 "task_score", "ref_nll")
+SAMPLING_METRICS = ("identical_to_ar_fraction", "sampling_check")  # shown where some job sampled
 # where the time goes, and what the machine allows (bench/bound.py): one table per report when measured
 TIME_COLUMNS = ("category", "seconds", "target_seconds", "draft_seconds", "other_seconds", "mean_accepted_tokens",
                 "verify_block", "cost_ratio", "cost_bound", "speedup", "speedup_exceeds_mat")
@@ -60,6 +64,19 @@ class Job:
     train: dict = field(default_factory=dict)  # train_results.json of a job that trained
     calibration: str | None = None  # results.json meta.calibration_warning (hf_greedy far from our AR)
     dir: Path | None = None  # the job's directory (``collect`` turns ``path`` into its label in the report)
+    config: dict = field(default_factory=dict)  # the composed config: what a key the job did not override was
+
+
+def config_value(config: dict, key: str) -> object:
+    """``key`` (dotted) in a job's composed config; None when absent (an option without that key)."""
+    value: object = config
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    if isinstance(value, list):  # as the command line writes it: one label, like an override's list
+        return "[" + ",".join(map(str, value)) + "]"
+    return json.dumps(value) if isinstance(value, dict) else value
 
 
 # ------------------------------------------------------------------------------------------- collect
@@ -116,7 +133,8 @@ def read_job(job_dir: Path) -> Job | None:
             data = json.loads(results.read_text())
             job.rows = list(data["rows"])
             job.calibration = (data.get("meta") or {}).get("calibration_warning")
-            job.overrides.setdefault("experiment", data.get("config", {}).get("experiment"))
+            job.config = data.get("config") or {}
+            job.overrides.setdefault("experiment", job.config.get("experiment"))
             if data.get("complete") is False:  # stopped by a signal; rerunning it in its directory continues it
                 done = data.get("progress", {})
                 job.note = (f"incomplete: stopped by {data.get('interrupted')} after {done.get('prompts')} of "
@@ -132,6 +150,11 @@ def read_job(job_dir: Path) -> Job | None:
         job.note = job.note or "no results.json (still running, or killed)"
     if job.overrides.get("experiment") is None:
         job.overrides.pop("experiment", None)
+    if not job.config and (job_dir / ".hydra" / "config.yaml").is_file():  # a failed job: the config Hydra composed
+        try:
+            job.config = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
+        except yaml.YAMLError:
+            pass
     return job
 
 
@@ -143,12 +166,15 @@ def collect(roots: list[Path]) -> tuple[pd.DataFrame, list[Job]]:
         raise UserError(f"no results.json or FAILED.json under {where}: pass the run or multirun directories of "
                         "benchmark jobs with report.runs=[DIR,...]")
     base = _common_root([job.path for job in jobs])
+    keys = list(dict.fromkeys(k for job in jobs for k in job.overrides))
     records = []
     for job in jobs:
         label = str(job.path.relative_to(base)) if job.path != base else job.path.name
+        # a key another job overrode shows this job's own value of it (its default), not a blank
+        settings = {k: job.overrides[k] if k in job.overrides else config_value(job.config, k) for k in keys}
         for row in job.rows:
             record = {"job": label}
-            record.update({_column(k): v for k, v in job.overrides.items()})
+            record.update({_column(k): v for k, v in settings.items()})
             record.update({f"train_{k}": job.train.get(k) for k in TRAIN_KEYS if job.train})
             record.update(row)
             records.append(record)
@@ -172,11 +198,18 @@ def varying(df: pd.DataFrame, candidates: list[str]) -> list[str]:
     for col in candidates:
         if col not in df or df[col].nunique(dropna=False) < 2:
             continue
-        n = df[chosen + [col]].astype(str).drop_duplicates().shape[0]
+        n = _text(df[chosen + [col]]).drop_duplicates().shape[0]
         if n > groups:
             chosen.append(col)
             groups = n
     return chosen
+
+
+def spread_across_jobs(jobs: list[Job]) -> list[str]:
+    """Override columns whose value differs between jobs, those without results included."""
+    keys = dict.fromkeys(k for job in jobs for k in job.overrides)
+    setting = lambda j, k: j.overrides[k] if k in j.overrides else config_value(j.config, k)  # noqa: E731
+    return [_column(k) for k in keys if len({str(setting(j, k)) for j in jobs}) > 1]
 
 
 def override_columns(df: pd.DataFrame, jobs: list[Job]) -> list[str]:
@@ -206,14 +239,20 @@ def varies_alone(df: pd.DataFrame, col: str, others: list[str]) -> bool:
     keys = [c for c in others if c in df and df[c].nunique(dropna=False) > 1]
     if not keys:
         return True
-    groups = df[keys].astype(str).agg("|".join, axis=1)
+    groups = _text(df[keys]).agg("|".join, axis=1)
     return bool((df.groupby(groups)[col].nunique() > 1).any())
 
 
 def label(df: pd.DataFrame, cols: list[str]) -> pd.Series:
     if not cols:
         return pd.Series("", index=df.index)
-    return df[cols].astype(str).apply(lambda r: " ".join(f"{k}={v}" for k, v in r.items()), axis=1)
+    return _text(df[cols]).apply(lambda r: " ".join(f"{k}={v}" for k, v in r.items()), axis=1)
+
+
+def _text(df: pd.DataFrame) -> pd.DataFrame:
+    """Every cell as text, a missing one included: a label or a group key (``astype(str)`` keeps NaN as NaN on
+    pandas >= 3, and joining it fails)."""
+    return df.map(str)
 
 
 # ------------------------------------------------------------------------------------------- output
@@ -234,7 +273,8 @@ def tables(df: pd.DataFrame, ids: list[str], metrics: list[str]) -> dict[str, pd
     main = shown_columns(df[df["category"] == "all"] if "category" in df else df)
     trained = ["train_heldout_loss"] if "train_heldout_loss" in df and df["train_heldout_loss"].notna().any() else []
     batched = ["decoder", *BATCH_METRICS] if is_batched(df) else ["decoder"]
-    cols = [c for c in ids + batched + [m for m in TABLE_METRICS if m in main] + trained if c in main]
+    shown = [m for m in TABLE_METRICS if m in main and (m not in SAMPLING_METRICS or main[m].notna().any())]
+    cols = [c for c in ids + batched + shown + trained if c in main]
     out["main"] = main[list(dict.fromkeys(cols))].reset_index(drop=True)
     if has_categories(df):
         order = [c for c in df["category"].unique() if c != "all"] + ["all"]
@@ -265,13 +305,20 @@ def time_table(df: pd.DataFrame, ids: list[str]) -> pd.DataFrame | None:
     return df[list(dict.fromkeys(cols))].reset_index(drop=True)
 
 
-def noise_notes(df: pd.DataFrame, jobs: list[Job], ids: list[str]) -> list[str]:
-    """report.md's warnings: the noisy rows with what to do, hf_greedy calibrations, speedups above MAT."""
+def noise_notes(df: pd.DataFrame, jobs: list[Job], ids: list[str]) -> tuple[list[str], list[str]]:
+    """report.md's warnings, each one line per job (after the tables), and the rows they name (a details section at
+    the end): noisy timings with why and what to do, hf_greedy calibrations, speedups above MAT."""
     lines: list[str] = []
-    name = lambda r: " ".join(str(r[c]) for c in [*ids, "decoder", "category"] if c in r)  # noqa: E731
-    if "timing_noisy" in df and (df["timing_noisy"] == True).any():  # noqa: E712 (None / NaN are not noisy)
-        rows = df[df["timing_noisy"] == True]  # noqa: E712
-        lines += ["", "## Timing noise", "", ADVICE, ""] + [f"- {name(r)}" for _, r in rows.iterrows()]
+    details: list[str] = []
+    name = lambda r: " ".join(f"{c}={r[c]}" for c in [*ids, "decoder", "category"] if c in r)  # noqa: E731
+    noisy = df[df["timing_noisy"] == True] if "timing_noisy" in df else df.iloc[:0]  # noqa: E712 (None: not judged)
+    if not noisy.empty:
+        lines += ["", "## Timing noise", "", ADVICE, ""]
+        for job, rows in noisy.groupby("job", sort=False):
+            judged = df[(df["job"] == job) & df["timing_noisy"].notna()]
+            lines.append(f"- {job}: {len(rows)} of {len(judged)} rows noisy ({noise_reasons(rows.to_dict('records'))})")
+        details += ["", "<details><summary>Noisy rows (also the timing_noisy column of report.csv)</summary>", ""]
+        details += [f"- {r['job']}: {name(r)}" for _, r in noisy.iterrows()] + ["", "</details>"]
     calibrations = [j for j in jobs if j.calibration]
     if calibrations:
         lines += ["", "## Calibration", ""] + [f"- {j.path}: {j.calibration}" for j in calibrations]
@@ -279,8 +326,8 @@ def noise_notes(df: pd.DataFrame, jobs: list[Job], ids: list[str]) -> list[str]:
         rows = df[df["speedup_exceeds_mat"] == True]  # noqa: E712
         lines += ["", "## Speedup above mean accepted tokens", "",
                   "No decoder can beat AR by more than the tokens it accepts per target forward: these rows are "
-                  "timing artefacts.", ""] + [f"- {name(r)}" for _, r in rows.iterrows()]
-    return lines
+                  "timing artefacts.", ""] + [f"- {r['job']}: {name(r)}" for _, r in rows.iterrows()]
+    return lines, details
 
 
 def is_batched(df: pd.DataFrame) -> bool:
@@ -337,7 +384,9 @@ def _finish_axes(ax, metric: str, hue: list[str]) -> None:
 
 
 def _save(fig, path: Path) -> None:
-    fig.tight_layout()
+    with warnings.catch_warnings():  # "Tight layout not applied" on crowded figures: bbox_inches="tight" still fits
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
     write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
     plt.close(fig)
 
@@ -398,14 +447,19 @@ def plot_batch_scaling(df: pd.DataFrame, x: str, groups: list[str], path: Path) 
 
 
 def markdown(title: str, sections: dict[str, pd.DataFrame], jobs: list[Job], plots: list[Path],
-             notes: list[str] = ()) -> str:
+             notes: list[str] = (), details: list[str] = ()) -> str:
+    """The results table first (what a reader came for), then the warnings, one line per job, the other tables,
+    plots and job lists; the rows a warning names at the very end."""
     lines = [f"# {title}", ""]
     ok = [j for j in jobs if j.rows]
     lines.append(f"{len(jobs)} jobs: {len(ok)} with results, {sum(j.error is not None for j in jobs)} failed.")
-    lines += notes
-    for name, table in sections.items():
+    for i, (name, table) in enumerate(sections.items()):
         lines += ["", f"## {'Results (category all)' if name == 'main' else name}", "",
                   _fmt(table).to_markdown(index=False)]
+        if i == 0:
+            lines += notes
+    if not sections:
+        lines += notes
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]
     trained = [j for j in jobs if j.train]
@@ -427,7 +481,7 @@ def markdown(title: str, sections: dict[str, pd.DataFrame], jobs: list[Job], plo
     if other:
         lines += ["", "## Jobs without benchmark results", "", "| job | overrides | note |", "|---|---|---|"]
         lines += [f"| {j.path} | {_overrides(j)} | {_cell(j.note)} |" for j in other]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + list(details)) + "\n"
 
 
 def _num(value) -> str:
@@ -455,6 +509,8 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
     for col in [c for c in (*GROUP_KEYS, *swept) if c in df and not pd.api.types.is_numeric_dtype(df[c])]:
         df[col] = df[col].fillna("none")  # `draft: null` is a setting like any other; pivots drop NaN keys
     hue = varying(df, [c for c in GROUP_KEYS] + swept)
+    # a key the jobs set apart, whose other values only failed jobs had: still a column beside the surviving rows
+    hue += [c for c in spread_across_jobs(jobs) if c in df and c not in hue and df[c].nunique(dropna=False) < 2]
     x = sweep_key(df, swept, cfg.x, [*GROUP_KEYS, *swept]) if not df.empty else None
     metrics = [m for m in cfg.metrics if m in df and df[m].notna().any()]
     sections = tables(df, [c for c in hue if c != x] + ([x] if x else []), cfg.metrics)
@@ -489,20 +545,24 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
 
     columns = ["job"] + swept + [c for c in df.columns if c not in swept and c != "job"]
     write_atomic(out_dir / "report.csv", lambda tmp: df.reindex(columns=columns).to_csv(tmp, index=False))
-    notes = noise_notes(df, jobs, hue) if not df.empty else []
-    md = markdown(title, sections, jobs, plots, notes)
+    notes, details = noise_notes(df, jobs, hue) if not df.empty else ([], [])
+    md = markdown(title, sections, jobs, plots, notes, details)
     write_atomic(out_dir / "report.md", md)
     write_html(out_dir, title, df, sections, jobs, plots, notes, swept, [Path(r) for r in roots])
-    print_console(sections, jobs, out_dir, noisy=any(line.startswith("## Timing noise") for line in notes))
+    noisy = notes[notes.index("## Timing noise") + 4:] if "## Timing noise" in notes else []
+    print_console(sections, jobs, out_dir, noisy=[line for line in noisy if line.startswith("- ")][:len(jobs)])
     return out_dir / "report.md"
 
 
-def print_console(sections: dict[str, pd.DataFrame], jobs: list[Job], out_dir: Path, noisy: bool = False) -> None:
+def print_console(sections: dict[str, pd.DataFrame], jobs: list[Job], out_dir: Path, noisy: list[str] = ()) -> None:
+    """The main table, then one line per job whose timings are noise (the rows: report.md, report.csv)."""
     main = sections.get("main")
     if main is not None and not main.empty:
         print("\n" + _fmt(main).to_string(index=False))
     if noisy:
         print(f"\nNOISY TIMING: {ADVICE}")
+        for line in noisy:
+            print(f"  {line[2:]}")
     for job in jobs:
         if job.calibration:
             print(f"CALIBRATION {job.path}: {job.calibration}")
@@ -537,8 +597,14 @@ def run_report(conf: Config, run_dir: Path) -> Path:
     if not conf.report.runs:
         raise UserError("task=report needs runs to collect: report.runs=[outputs/multirun/DATE/TIME,...]")
     out_dir = Path(conf.report.out_dir) if conf.report.out_dir else run_dir
-    path = build_report([Path(r) for r in conf.report.runs], out_dir, conf.report,
-                        title=f"specnoise report: {conf.experiment}")
+    created = not out_dir.exists()
+    try:
+        path = build_report([Path(r) for r in conf.report.runs], out_dir, conf.report,
+                            title=f"specnoise report: {conf.experiment}")
+    except BaseException:  # a failed report leaves no empty folder behind
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        raise
     if conf.report.wandb:
         log_to_wandb(out_dir, conf)
     return path.parent

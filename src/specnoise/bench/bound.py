@@ -55,13 +55,16 @@ def forward_costs(kv, blocks: dict[str, float | None], cache_len: int) -> dict[i
     return measure_forward_costs(kv, sorted(qs), cache_len=max(cache_len, 0), repeats=5, warmup=1, reduce=min)
 
 
-def bounds(decoders: dict[str, Decoder], model, prompt: list[int], budget: int, cache_len: int
+def bounds(decoders: dict[str, Decoder], model, prompt: list[int], budget: int, cache_len: int, timed: bool = True
            ) -> dict[str, dict[str, float | None]]:
     """Per decoder: ``verify_block`` (q) and this machine's ``t1_seconds`` / ``tq_seconds``; the bound itself needs
-    each row's MAT and is computed with it (``timing.cost_bound``). Empty when no forward could be counted."""
+    each row's MAT and is computed with it (``timing.cost_bound``). Empty when no forward could be counted.
+    ``timed=False``: the blocks only (a batched job, whose rows t(q) at batch 1 does not price)."""
     blocks = verify_blocks(decoders, model, prompt, budget)
     if not any(blocks.values()):
         return {}
+    if not timed:
+        return {name: {"verify_block": q, "t1_seconds": None, "tq_seconds": None} for name, q in blocks.items()}
     t = interpolate(forward_costs(decoders["ar"].target, blocks, cache_len))
     return {name: {"verify_block": q, "t1_seconds": t(1), "tq_seconds": t(q) if q else None}
             for name, q in blocks.items()}

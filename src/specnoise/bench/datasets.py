@@ -8,8 +8,6 @@ GSM8K, WMT16) go through ``datasets.load_dataset`` unless ``benchmark.path`` poi
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,6 +16,7 @@ from typing import Any
 
 from specnoise.config import BenchmarkConfig, UserError
 from specnoise.data.templates import format_dialogue
+from specnoise.files import read_json_rows
 
 MT_BENCH_CATEGORIES = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 # benchmark.scorer=per_category (Spec-Bench): categories without an entry get no score
@@ -52,58 +51,20 @@ Record = tuple[str, dict]  # (where it came from, for error messages; the row)
 def read_records(path: str) -> list[Record]:
     """Rows of a local .jsonl / .json / .parquet file (optionally .gz); errors name the file and line."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise UserError(f"benchmark.path: no file at {p}")
-    try:
-        rows = _read(p)
-    except UnicodeDecodeError as err:
-        raise UserError(f"{p}: not UTF-8 text ({err.reason} at byte {err.start})") from err
-    for where, row in rows:
-        if not isinstance(row, dict):
-            raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    if not rows:
-        raise UserError(f"{p}: no records (empty file)")
-    return rows
-
-
-def _read(p: Path) -> list[Record]:
-    name = p.name.removesuffix(".gz")
-    opener = gzip.open if p.name.endswith(".gz") else open
-    if name.endswith(".parquet"):
+    if p.name.removesuffix(".gz").endswith(".parquet") and p.is_file():
         import pandas as pd
 
         table = pd.read_parquet(p).to_dict("records")
         plain = [{k: v.tolist() if hasattr(v, "tolist") else v for k, v in row.items()} for row in table]  # numpy
         rows = [(f"{p}, row {i}", row) for i, row in enumerate(plain, 1)]
-    elif name.endswith(".json"):
-        with opener(p, "rt", encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{p}, line {err.lineno}, column {err.colno}: not valid JSON "
-                                f"({json_error(err)})") from err
-        if isinstance(data, dict) and isinstance(data.get("data"), list):
-            data = data["data"]
-        if not isinstance(data, list):
-            raise UserError(f"{p}: expected a JSON list of objects (or use a .jsonl file, one object per line)")
-        rows = [(f"{p}, record {i}", row) for i, row in enumerate(data, 1)]
     else:
-        rows = []
-        with opener(p, "rt", encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append((f"{p}, line {i}", json.loads(line)))
-                except json.JSONDecodeError as err:
-                    raise UserError(f"{p}, line {i}, column {err.pos + 1}: not valid JSON ({json_error(err)}); "
-                                    "one JSON object per line") from err
+        rows = read_json_rows(p, "benchmark.path")
+    for where, row in rows:
+        if not isinstance(row, dict):
+            raise UserError(f"benchmark.path: {where}: expected a JSON object, got {type(row).__name__}")
+    if not rows:
+        raise UserError(f"benchmark.path: {p}: no records (empty file)")
     return rows
-
-
-def json_error(err: json.JSONDecodeError) -> str:
-    # some of json's messages end in "at", written to be followed by the position the message no longer carries
-    return err.msg.removesuffix(" at")
 
 
 def hub_records(cfg: BenchmarkConfig) -> list[Record]:

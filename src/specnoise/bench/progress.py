@@ -35,8 +35,8 @@ class Interrupted(BaseException):  # like KeyboardInterrupt: no `except Exceptio
     """A benchmark stopped by a signal; results.json holds the finished samples."""
 
     def __init__(self, name: str):
-        super().__init__(f"stopped by {name}: results.json holds the finished prompts; run the same command with "
-                         "the same hydra.run.dir to continue")
+        # how to continue is the entry point's to say (a single run's directory, or a sweep's)
+        super().__init__(f"stopped by {name}: results.json holds the finished prompts")
         self.name = name
         self.exit_code = 128 + signal.Signals[name].value  # the shell's convention: 130 SIGINT, 143 SIGTERM
 

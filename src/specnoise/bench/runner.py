@@ -51,7 +51,7 @@ from specnoise.bench.measure import REFERENCE, Turn, measure
 from specnoise.bench.progress import Interrupted, PromptLog, Stop, stop_on_signals
 from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
-from specnoise.config import DECODER_SCHEMAS, ARConfig, Config, DecoderConfig, UserError
+from specnoise.config import DECODER_SCHEMAS, ARConfig, Config, DecoderConfig, UserError, config_warnings
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
 from specnoise.decoding.kv import self_test
@@ -62,10 +62,14 @@ from specnoise.ranks import check_agree
 
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
-BATCH_COLUMNS = ["batch_size", "speedup_vs_bs1_ar"]  # shown in the console table when benchmark.batch_size > 1
-TABLE_COLUMNS = ["decoder", "category", "prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second",
-                 "speedup", "speedup_ci_low", "speedup_ci_high", "timing_noisy", "lossless_fraction",
-                 "mismatch_fraction", "task_score", "score_metric", "ref_nll"]
+# the console table: what fits a terminal (every column of every row: results.json and results.csv)
+BATCH_COLUMNS = ["batch_size", "speedup_vs_bs1_ar"]  # shown when benchmark.batch_size > 1
+TABLE_COLUMNS = ["decoder", "category", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup",
+                 "speedup_ci", "timing_noisy", "lossless_fraction", "task_score"]
+SHORT_NAMES = {"new_tokens": "tokens", "task_score": "score", "mean_accepted_tokens": "MAT",
+               "tokens_per_second": "tok/s", "speedup_ci": "95% CI", "timing_noisy": "noisy",
+               "lossless_fraction": "lossless", "identical_to_ar_fraction": "same tokens",
+               "speedup_vs_bs1_ar": "vs bs1 AR", "batch_size": "B"}
 TRACKED = ["speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing_noisy", "repeats",
            "mean_accepted_tokens", "tokens_per_second", "lossless_fraction", "task_score", "ref_nll", "sb_speedup",
            "sb_tokens_per_second", "target_seconds", "draft_seconds", "other_seconds", "cost_bound",
@@ -97,6 +101,10 @@ def decoder_configs(conf: Config) -> list[DecoderConfig]:
     shared = {k: getattr(conf.decoder, k) for k in SHARED_FIELDS}
     configs = [conf.decoder if conf.decoder.name == "ar" else ARConfig(**shared)]
     skipped = batch_skips(conf)
+    asked = [n for n in dict.fromkeys([conf.decoder.name, *conf.decoders]) if n != "ar"]
+    if asked and all(n in skipped for n in asked):  # the job would time AR alone and exit 0
+        raise UserError(f"{'; '.join(skipped[n] for n in asked)}, and nothing else is measured: set "
+                        "benchmark.batch_size=1, or choose a decoder that decodes batches")
     for name in dict.fromkeys([conf.decoder.name, *conf.decoders]):
         if name == "ar" or name in skipped:
             continue
@@ -198,6 +206,7 @@ class Measured:
     audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
     bounds: dict[str, dict] = field(default_factory=dict)  # decoder -> verify block and t(1), t(q) (bound.py)
     batch_size: int = 1  # benchmark.batch_size
+    group_of: dict[str, int] = field(default_factory=dict)  # sample id -> the group it was decoded (and timed) in
     rss_before_timing: float | None = None  # peak resident MiB once loaded, before the first generation
 
     @property
@@ -211,6 +220,21 @@ class Measured:
 
     def batch_of(self, name: str) -> int:
         return 1 if name == REFERENCE else self.batch_size
+
+    @property
+    def sampling(self) -> bool:
+        return self.conf.decoder.temperature > 0
+
+    def same_tokens_check(self, name: str) -> bool:
+        """Whether ``name``'s tokens must equal the reference's: under greedy decoding every decoder's (lossless); under
+        sampling those whose drafts are guesses, not draws (the verifier then draws AR's own tokens for a seed)."""
+        if not self.conf.benchmark.check_lossless:
+            return False
+        return self.lossless or (self.sampling and not sampled_drafts(self.conf, name))
+
+    def timed_unit(self, name: str, sample: Sample) -> str | int:
+        """What one timing covered: a prompt at batch 1, else its whole group (whose rows share the group's time)."""
+        return sample.id if self.batch_of(name) == 1 else self.group_of[sample.id]
 
     def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
         return [t.out.tokens for t in self.runs[decoder][sample.id]]
@@ -253,6 +277,7 @@ def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) ->
                 m.runs[name][s.id] = restore_turns(prompt_log.finished[s.id], name, s, setup.encode)
     # the groups are fixed by the prompts' order, so a continued run measures a group again whole
     groups = [setup.samples[i:i + size] for i in range(0, len(setup.samples), size)]
+    m.group_of = {s.id: g for g, group in enumerate(groups) for s in group}
     todo = [(g, group) for g, group in enumerate(groups) if any(s.id not in m.runs["ar"] for s in group)]
     m.resumed = len(m.runs["ar"])
 
@@ -282,33 +307,42 @@ def wrap_up(setup: Setup, m: Measured, stop: Stop) -> None:
     (results.json then says "complete": false, and the continued run does the wrap-up again); a second one stops
     the stage in flight."""
     target, tokenizer = setup.target, setup.target.tokenizer
-    stages = [
-        lambda: score(m),
-        lambda: setattr(m, "refs", reference_nlls(target.model, tokenizer, m.samples,
-                                                  lambda s: dialogue_text(s, setup.template, [], tokenizer))),
-        lambda: setattr(m, "audits", audit_divergences(m.runs, target.model, m.reference) if m.lossless else {}),
-        lambda: setattr(m, "bounds", measure_bounds(setup, m) if not stop.signal else {}),  # timing: quiet job only
+    stages = [  # (what the log says, whether it runs, the stage): every stage after the progress bar says it runs
+        ("scoring the answers", True, lambda: score(m)),
+        ("the reference NLL", True, lambda: setattr(m, "refs", reference_nlls(
+            target.model, tokenizer, m.samples, lambda s: dialogue_text(s, setup.template, [], tokenizer)))),
+        ("the divergence audit", m.lossless,
+         lambda: setattr(m, "audits", audit_divergences(m.runs, target.model, m.reference))),
+        ("each decoder's verify block" + (" and the cost-bound probe t(1), t(q)" if m.batch_size == 1 else ""),
+         wants_bounds(setup), lambda: setattr(m, "bounds", measure_bounds(setup, m) if not stop.signal else {})),
     ]
+    stages = [(what, stage) for what, runs, stage in stages if runs]
     timing_stopped = stop.signal
     try:
-        for stage in stages:
+        for what, stage in stages:
             if not m.samples or stop.signal != timing_stopped:
                 return
+            log.info("after the timing: %s", what)
             stage()
     except Interrupted as second:
         stop.signal = stop.signal or second.name
 
 
+def wants_bounds(setup: Setup) -> bool:
+    """Whether bound.py's probe runs: not switched off, and not blind (compiled engines replay graphs the hook cannot
+    see). At batch size > 1 it counts the verify blocks only: a batched row's step is a forward of B x q tokens, which
+    t(q) at batch 1 does not price, so timing t(q) there would be thrown away."""
+    return setup.conf.benchmark.cost_bound and not engine_meta(setup.decoders.values())["compile"]
+
+
 def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
-    """bound.py's probe, unless switched off or blind (compiled engines replay graphs the hook cannot see)."""
-    if not setup.conf.benchmark.cost_bound or engine_meta(setup.decoders.values())["compile"]:
-        return {}
+    """bound.py's probe (``wants_bounds`` decides whether it runs)."""
     from specnoise.bench.bound import bounds
 
     longest = max(m.samples, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens))  # the most steps to count
     lengths = [len(setup.encode(s, [])) for s in m.samples]
     return bounds(setup.decoders, setup.target.model, setup.encode(longest, []), setup.budget,
-                  cache_len=int(fmean(lengths)) + setup.budget // 2)
+                  cache_len=int(fmean(lengths)) + setup.budget // 2, timed=m.batch_size == 1)
 
 
 def score(m: Measured) -> None:
@@ -358,6 +392,7 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
                  "calibration_warning": timing.calibration_warning(rows),
                  "wall_seconds": m.wall, "model_path": setup.target.path, "device": str(setup.target.device),
                  "batch_size": m.batch_size, "skipped_decoders": setup.decoder_notes,
+                 "config_warnings": config_warnings(conf),  # e.g. top_p at temperature 0 (also logged at start)
                  **peak_memory(), "peak_rss_before_timing_mib": m.rss_before_timing,
                  "dtype": str(setup.target.model.dtype), "torch_threads": torch.get_num_threads(),
                  "platform": platform.platform(), "torch": torch.__version__,
@@ -368,6 +403,10 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
     path = run_dir / "results.json"
     write_atomic(run_dir / "per_prompt.jsonl", "".join(json.dumps(r) + "\n" for r in per_prompt))  # with scores
     write_atomic(path, json.dumps(results, indent=2))
+    if rows:  # the same rows for a spreadsheet or pandas
+        import pandas as pd
+
+        write_atomic(path.with_suffix(".csv"), lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
     return path, rows, per_prompt
 
 
@@ -407,7 +446,7 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "target_seconds": _mean(t.target_seconds), "draft_seconds": _mean(t.draft_seconds),
                 "same_tokens_across_repeats": t.same_tokens if m.lossless else None,
                 "accepted": t.out.accepted, "host_reads": t.out.host_reads,
-                "identical_to_ar": t.out.tokens == ar_tokens if m.lossless else None,
+                "identical_to_ar": t.out.tokens == ar_tokens if m.same_tokens_check(name) else None,
                 "first_divergence": first_divergence(t.out.tokens, ar_tokens) if m.lossless else None,
                 **audit_fields(m.audits.get((name, s.id, k))),
                 "output": t.text,
@@ -420,6 +459,13 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "batch_size": m.batch_of(name), "group_rows": t.out.batch_size,
             })
     return rows
+
+
+def sampled_drafts(conf: Config, name: str) -> bool:
+    """Whether decoder ``name`` of this job samples its drafts (rejection sampling; the peers and AR never do)."""
+    drafter = None if name in ("ar", REFERENCE) else decoder_class(name).drafter_class
+    cfg = conf.decoder if name == conf.decoder.name else DECODER_SCHEMAS[name]()
+    return drafter is not None and drafter.draws_drafts(cfg)
 
 
 def summary_rows(m: Measured) -> list[dict]:
@@ -447,8 +493,23 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     speedup = 1.0 if name == base else ar_seconds / max(seconds, 1e-9)
     bs1_seconds = sum(sec for _, sec in per_sample(m.reference))  # AR at batch 1 (AR itself at batch size 1)
     conf = m.conf
-    low, high = timing.speedup_ci([sec for _, sec in ar], [sec for _, sec in mine], conf.benchmark.bootstrap,
-                                  conf.seed)
+    # the bootstrap resamples what was timed: prompts at batch 1, groups above (a group's prompts share one timing,
+    # so resampling them resamples nothing); with fewer than two units there is no interval, and it says why
+    units: dict = defaultdict(lambda: [0.0, 0.0])
+    for s, (_, ar_sec), (_, sec) in zip(group, ar, mine):
+        units[m.timed_unit(name, s)][0] += ar_sec
+        units[m.timed_unit(name, s)][1] += sec
+    low, high = timing.speedup_ci([a for a, _ in units.values()], [b for _, b in units.values()],
+                                  conf.benchmark.bootstrap, conf.seed)
+    notes = []
+    if low is None and name != base:
+        noun = ("batch", "batches") if m.batch_of(name) > 1 else ("prompt", "prompts")
+        notes.append(f"timed in {len(units)} {noun[len(units) != 1]}: no speedup CI (the bootstrap resamples "
+                     f"{noun[1]}: two or more)")
+    mine_ids = {s.id for s in group}
+    if category != "all" and name != base and m.batch_of(name) > 1 and any(
+            s.id not in mine_ids and m.group_of[s.id] in units for s in m.samples):
+        notes.append("decoded in batches with other categories' prompts: its speedup is those batches' speedup")
     if name == base and low is not None:
         low = high = 1.0  # AR against itself, pair by pair
     ar_cv = timing.time_cv([per_token_repeats(m.runs[base][s.id]) for s in group])
@@ -474,7 +535,12 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "ar_new_tokens": ar_tokens, "ar_seconds": ar_seconds, "ar_tokens_per_second": ar_tokens / max(ar_seconds, 1e-9),
         "speedup": speedup, "speedup_ci_low": low, "speedup_ci_high": high, "repeats": conf.benchmark.repeats,
         "ar_time_cv": ar_cv, "timing_noisy": timing.timing_noisy(speedup, low, high, ar_cv),
+        "timing_note": "; ".join(notes) or None,  # why a CI is missing, or a category's timing is not its own
         "lossless_fraction": sum(same) / len(same) if m.lossless else None,
+        # under sampling: the share of prompts with AR's very tokens (same seed), for decoders whose drafts are guesses;
+        # a sampled draft keeps AR's distribution, not its tokens: `sampling_check` says which check a row answers to
+        "identical_to_ar_fraction": sum(same) / len(same) if m.sampling and m.same_tokens_check(name) else None,
+        "sampling_check": None if not m.sampling else "distribution" if sampled_drafts(m.conf, name) else "tokens",
         "mismatch_fraction": mismatch_fraction(m.audits, name, [s.id for s in group]) if m.lossless else None,
         "task_score": score, "score_metric": metric, **{f"score_{k}": v for k, v in details.items()},
         **row_ref_nll(m.refs, group),
@@ -510,12 +576,27 @@ def print_summary(rows: list[dict], path: Path) -> None:
     import pandas as pd
 
     batched = any(r.get("batch_size", 1) > 1 for r in rows)
-    columns = TABLE_COLUMNS[:1] + BATCH_COLUMNS + TABLE_COLUMNS[1:] if batched else TABLE_COLUMNS
-    shown = pd.DataFrame(rows)[columns].astype(object)
+    columns = TABLE_COLUMNS[:1] + BATCH_COLUMNS + TABLE_COLUMNS[1:] if batched else list(TABLE_COLUMNS)
+    if any(r["identical_to_ar_fraction"] is not None for r in rows):  # sampling: the token check that applies
+        columns[columns.index("lossless_fraction")] = "identical_to_ar_fraction"
+    table = pd.DataFrame(rows)
+    if table["category"].nunique() == 2:  # one category and `all`: the same numbers twice
+        table = table[table["category"] == "all"].copy()
+    table["speedup_ci"] = [f"{lo:.2f}-{hi:.2f}" if pd.notna(lo) and pd.notna(hi) else None
+                           for lo, hi in zip(table["speedup_ci_low"], table["speedup_ci_high"])]
+    shown = table[columns].astype(object).rename(columns=SHORT_NAMES)
     print(shown.where(shown.notna(), None).to_markdown(index=False, floatfmt=".3f", missingval="-"))
-    noisy = [f"{r['decoder']}/{r['category']}" for r in rows if r["timing_noisy"]]
-    if noisy:
-        print(f"\nNOISY TIMING ({', '.join(noisy)}): {timing.ADVICE}")
+    print(f"(every column: {path} and {path.with_suffix('.csv').name})")
+    noisy = [r for r in rows if r["timing_noisy"]]
+    if noisy:  # one line; the rows are results.json's timing_noisy
+        judged = sum(r["timing_noisy"] is not None for r in rows)
+        print(f"\nNOISY TIMING: {len(noisy)} of {judged} rows ({timing.noise_reasons(noisy)}). {timing.ADVICE}")
+    notes = defaultdict(list)
+    for r in rows:
+        if r.get("timing_note"):
+            notes[r["timing_note"]].append(r)
+    for note, noted in notes.items():  # one line per kind (the rows: results.json's timing_note)
+        print(f"\nNOTE ({len(noted)} rows, e.g. {noted[0]['decoder']}/{noted[0]['category']}): {note}")
     warning = timing.calibration_warning(rows)
     if warning:
         print(f"\nCALIBRATION: {warning}")

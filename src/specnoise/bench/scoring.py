@@ -8,6 +8,7 @@ Identical answers are scored once, so lossless decoders cost no extra execution 
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from statistics import fmean
@@ -107,6 +108,7 @@ class Rouge(Scorer):
     def score(self, answers):
         from rouge_score.rouge_scorer import RougeScorer
 
+        logging.getLogger("absl").setLevel(logging.WARNING)  # rouge_score logs "Using default tokenizer." at INFO
         scorer = RougeScorer(list(self.KINDS), use_stemmer=True)
         out = []
         for a in answers:

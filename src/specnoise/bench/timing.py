@@ -58,6 +58,19 @@ def timing_noisy(speedup: float, low: float | None, high: float | None, cv: floa
     return bool(wide or shaky)
 
 
+def noise_reasons(rows: list[dict]) -> str:
+    """Why rows were flagged noisy (the two tests of ``timing_noisy``), counted: one clause each."""
+    wide = sum(r.get("speedup_ci_low") is not None and r["speedup_ci_low"] == r["speedup_ci_low"] and
+               (r["speedup_ci_high"] > r["speedup"] * (1 + NOISY_CI) or r["speedup_ci_low"] < r["speedup"] *
+                (1 - NOISY_CI)) for r in rows)
+    shaky = sum((r.get("ar_time_cv") or 0) > NOISY_CV for r in rows)
+    reasons = [f"{wide} with a 95% CI wider than +-{NOISY_CI:.0%} of the speedup: too few prompts (benchmark.limit) "
+               "for how much the speedup differs between them"] if wide else []
+    if shaky:
+        reasons.append(f"{shaky} where AR's time moved more than {NOISY_CV:.0%} between repeats: a busy machine")
+    return "; ".join(reasons) or "see timing_noisy"
+
+
 def calibration_warning(rows: list[dict]) -> str | None:
     """hf_greedy does AR's work through ``generate()``: its speedup over our AR far from 1 means the timing (or an
     engine) is off, whatever the other rows say."""

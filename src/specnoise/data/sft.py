@@ -17,13 +17,13 @@ runs with different seeds or noise settings are scored on the same rows, never t
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from pathlib import Path
 
 from specnoise.config import DataConfig, TrainConfig, UserError
 from specnoise.data.templates import encode_prompt, format_dialogue
+from specnoise.files import read_json_rows
 
 log = logging.getLogger("specnoise.data")
 
@@ -33,19 +33,7 @@ HELDOUT_SEED = 1234
 def read_rows(data: DataConfig) -> list[dict]:
     if data.path:
         path = Path(data.path).expanduser()
-        if not path.is_file():
-            raise UserError(f"data.path: no file at {path} (an Alpaca-style .json list or .jsonl file)")
-        text = path.read_text(encoding="utf-8")
-        try:
-            if path.suffix == ".jsonl":
-                rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-            else:
-                rows = json.loads(text) if text.strip() else []
-        except json.JSONDecodeError as err:
-            raise UserError(f"data.path: {path} is not valid JSON{' lines' if path.suffix == '.jsonl' else ''} "
-                            f"({err})") from err
-        if isinstance(rows, dict):  # {"data": [...]} style wrappers
-            rows = next((v for v in rows.values() if isinstance(v, list)), [])
+        rows = [row for _, row in read_json_rows(path, "data.path")]  # key, file, line and column on an error
         source = str(path)
     else:
         rows, source = read_hub(data), data.hub

@@ -77,6 +77,14 @@ class Drafter:
 
     name: ClassVar[str]
     needs_draft: ClassVar[bool] = False
+    # drafts drawn from a draft model's distribution (verified by rejection sampling): under sampling the output keeps
+    # the target distribution but not AR's tokens for a seed; every other drafter's guesses reproduce AR's tokens
+    sampled_drafts: ClassVar[bool] = False
+
+    @classmethod
+    def draws_drafts(cls, cfg) -> bool:
+        """Whether this drafter, under ``cfg``, samples its drafts (a drafter whose config chooses: Ouroboros)."""
+        return cls.sampled_drafts
 
     def __init__(self, cfg, decoder: Decoder):
         self.cfg, self.decoder = cfg, decoder

@@ -20,16 +20,14 @@ import numpy as np
 
 from specnoise.config import check_corpus
 from specnoise.errors import UserError
-from specnoise.files import write_atomic
+from specnoise.files import read_json_rows, write_atomic
 
 TEXT_KEYS = ("instruction", "input", "output", "response", "text", "content", "value")
 
 
-def texts(path: Path) -> list[str]:
+def texts(path: Path, key: str = "decoder.corpus") -> list[str]:
     """The text of each row: its string fields (``TEXT_KEYS``, chat turns included) joined by newlines."""
-    raw = path.read_text(encoding="utf-8")
-    lines = [line for line in raw.splitlines() if line.strip()]
-    rows = json.loads(raw) if path.suffix == ".json" else [json.loads(line) for line in lines]
+    rows = [row for _, row in read_json_rows(path, key)]  # the benchmark's reader: file, line, column on an error
 
     def text(row) -> str:
         if isinstance(row, str):
@@ -39,7 +37,7 @@ def texts(path: Path) -> list[str]:
         if isinstance(row, dict):
             return "\n".join(text(row[k]) for k in (*TEXT_KEYS, "conversations") if k in row).strip()
         return ""
-    return [t for t in map(text, rows if isinstance(rows, list) else [rows]) if t.strip()]
+    return [t for t in map(text, rows) if t.strip()]
 
 
 def fingerprint(tokenizer) -> str:

@@ -99,6 +99,10 @@ class Ouroboros(Drafter):
     name = "ouroboros"
     needs_draft = True
 
+    @classmethod
+    def draws_drafts(cls, cfg) -> bool:
+        return cfg.sampled_drafts  # decoder=ouroboros_sampled; else its drafts are the draft model's greedy guesses
+
     def setup(self):
         self.vocab = draft_vocab(self.decoder.target_model, self.decoder.draft_model, self.target, self.draft)
         self.pool = NGramPool(self.cfg.W)  # G = W (OUR-R asserts it)

@@ -89,6 +89,7 @@ def rewind(model: Engine, fed: list[int], seq: list[int]) -> None:
 class Speculative(Drafter):
     name = "speculative"
     needs_draft = True
+    sampled_drafts = True  # under sampling: rejection sampling, AR's distribution rather than AR's tokens
 
     def setup(self):
         self.vocab = draft_vocab(self.decoder.target_model, self.decoder.draft_model, self.target, self.draft)

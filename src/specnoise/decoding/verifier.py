@@ -53,6 +53,10 @@ class Shape:
     span: int  # deepest input + 1: tokens a step may emit
     causal: bool  # the tree is one chain over the whole block: the forward needs no mask or positions
     prefix: bool  # the tree's inputs are the block's first rows
+    # under sampling a node is tested against the draw at its parent, so only inputs with a child need one before
+    # acceptance (the best input's is the bonus, drawn after): a wide tree's leaves are never warped
+    inner: torch.Tensor  # long [K]: the inputs with a child
+    slot: torch.Tensor  # long [N]: node i's parent's index in ``inner``
 
     @property
     def nodes(self) -> int:
@@ -91,10 +95,12 @@ def tree_shape(parents: list[int], paths: list[list[int]] | None = None, *, mask
     chain = not masked and parents == list(range(len(parents))) and mask.shape[0] == n
     table = lambda values: torch.tensor(values, dtype=torch.long, device=device)  # noqa: E731
     padded = [(paths[first[i]] + [-1] * span)[:span] for i in range(n)]
+    inner = sorted(set(parents))
     return Shape(mask=mask.to(device), offsets=offsets.to(device), rows=table(rows), parent=table(parents),
                  sees=sees[:, 1:].to(device), depth=table(depth),
                  rank=table([d * len(paths) - first[i] for i, d in enumerate(depth)]), path=table(padded),
-                 rows_host=list(rows), span=span, causal=chain, prefix=prefix)
+                 rows_host=list(rows), span=span, causal=chain, prefix=prefix, inner=table(inner),
+                 slot=table([inner.index(p) for p in parents]))
 
 
 @lru_cache(maxsize=256)
@@ -159,6 +165,12 @@ def prompt_seed(seed: int, prompt: list[int]) -> int:
 
 def prompt_generator(seed: int, prompt: list[int]) -> torch.Generator:
     return torch.Generator().manual_seed(prompt_seed(seed, prompt))
+
+
+# step functions kept per verifier (each a recorded CUDA graph on a graph engine): a drafter with a few fixed shapes
+# keeps all of its own, one whose shapes vary almost every step (REST's tries) stops recording at this many and runs
+# its rarer shapes eagerly, instead of holding a graph (and its memory) per step
+MAX_FUNCTIONS = 64
 
 
 class Verifier:
@@ -233,11 +245,14 @@ class Verifier:
 
     # ------------------------------------------------------------------------------------------ on the device
     def function(self, shape: Shape, after, rejection: bool) -> Callable:
-        """The step's device function for this shape and hook, built (and on a graph engine recorded) once."""
+        """The step's device function for this shape and hook, built (and on a graph engine recorded) once; past
+        ``MAX_FUNCTIONS`` shapes a new one runs eagerly and is not kept."""
         key = (shape, after, rejection)
         if key not in self.functions:
             def fn(logits, nodes, u=None, v=None, q=None):
                 return self.verify(shape, after, logits, nodes, u, v, q)
+            if len(self.functions) >= MAX_FUNCTIONS:
+                return fn
             self.functions[key] = self.engine.graph(fn)
         return self.functions[key]
 
@@ -250,20 +265,33 @@ class Verifier:
             return self.reject(shape, after, logits, y, tree, nodes, u, v, q)
         if self.sampling is None:
             picks = y[:shape.nodes + 1] if shape.prefix else y.index_select(0, shape.rows)
-        else:  # input i predicts output position base + depth[i]: its uniform
-            picks = draw(warp(tree, self.sampling), u.index_select(0, shape.depth))
+        elif shape.causal:  # input i predicts output position base + depth[i]: its uniform
+            picks = self.draws(tree, u, shape.depth)
         if shape.causal:  # a chain: the accepted drafts are the matching prefix
             right = nodes == picks[:-1]
             a = right.long().cumprod(0).sum().view(1)
             path, best, block = shape.path[0], a, picks
         else:
-            right = nodes == picks.index_select(0, shape.parent)
+            if self.sampling is None:
+                right = nodes == picks.index_select(0, shape.parent)
+            else:  # the draws a node is tested against: its parent's; the leaves' are not needed yet
+                inner = self.draws(tree, u, shape.depth, shape.inner)
+                right = nodes == inner.index_select(0, shape.slot)
             ok = ~(shape.sees & ~right).any(-1)  # the whole path root -> input i is right
             # the deepest accepted input, on the earliest path (index_select, not [best]: a 0-dim index reads)
             best = torch.where(ok, shape.rank, -1).argmax().view(1)
             path, a = shape.path.index_select(0, best)[0], shape.depth.index_select(0, best)
+            if self.sampling is not None:  # every input's draw: the inner ones, then the best one's (the bonus)
+                picks = torch.zeros(shape.nodes + 1, dtype=torch.long, device=tree.device).index_copy(
+                    0, shape.inner, inner).index_copy(0, best, self.draws(tree, u, shape.depth, best))
             block = picks.index_select(0, path.clamp(min=0))  # [:a + 1]: the accepted nodes (= draws at their parents)
         return self.finish(after, Step(logits, y, right, best, a, path), block)
+
+    def draws(self, tree, u, depth, inputs=None):
+        """The target's draws at tree ``inputs`` (all when None): each warped alone, with its position's uniform."""
+        if inputs is not None:
+            tree, depth = tree.index_select(0, inputs), depth.index_select(0, inputs)
+        return draw(warp(tree, self.sampling), u.index_select(0, depth))
 
     def reject(self, shape, after, logits, y, tree, nodes, u, v, q):
         """Rejection sampling of a sampled chain: draft j kept with probability min(1, p/q) (u < p/q without dividing),
