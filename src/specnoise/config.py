@@ -287,6 +287,11 @@ class DecoderConfig:
     top_p: float = 1.0
     top_k: int = 0
     seed: int = 0  # seeds noise initialisation and sampling
+    # hardware-aware drafting (decoding/auto.py): size every step's proposal from the measured forward cost and the
+    # drafter's running acceptance (0: a plain AR step); False keeps the faithful fixed sizes. AR and the generate()
+    # peers have nothing to size (a no-op there, so one override flips a whole sweep)
+    auto: bool = False
+    cost_cache: str | None = "outputs/cost_cache"  # decoder.auto's forward-cost timings, per machine + model + settings
 
     def __post_init__(self) -> None:
         check(self.max_new_tokens is None or self.max_new_tokens >= 1, "decoder.max_new_tokens",
@@ -342,6 +347,9 @@ class TRJacobiConfig(DecoderConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self.tree, "decoder.tree", (*TREE_TEMPLATES, "auto"))
+        check(not (self.auto and self.tree == "auto"), "decoder.tree",
+              "tree=auto picks one sub-tree per generation, decoder.auto=true sizes every step: set decoder.tree to a "
+              "template (auto cuts its node list) or decoder.auto=false")
         at_least(self.calibrate, "decoder.calibrate", 1)
         at_least(self.topk, "decoder.topk", 1)
         at_least(self.retrieval_len, "decoder.retrieval_len", 1)

@@ -60,7 +60,7 @@ from specnoise.models import LoadedModel, check_same_vocab, load_model, load_tok
 from specnoise.numerics import describe, use_numerics
 
 log = logging.getLogger("specnoise")
-SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
+SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "auto", "cost_cache")  # every decoder's
 BATCH_COLUMNS = ["batch_size", "speedup_vs_bs1_ar"]  # shown in the console table when benchmark.batch_size > 1
 TABLE_COLUMNS = ["decoder", "category", "prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second",
                  "speedup", "speedup_ci_low", "speedup_ci_high", "timing_noisy", "lossless_fraction",

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import torch
 
+from specnoise.decoding.auto import TREE, Controller, Curve
 from specnoise.decoding.batch import Scheduler, batch_kv
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import sync, upload
@@ -93,6 +94,19 @@ class Drafter:
     def read(self, tensor: torch.Tensor):
         return self.decoder.to_host(tensor)
 
+    def cut(self, n: int, stream: str | None = None, kind: str = TREE, extra: int = 0,
+            cuts: list[int] | None = None) -> int:
+        """How many of this step's ``n`` ranked candidates (parents first, best first) to propose: ``n`` itself (the
+        faithful size) unless ``decoder.auto`` is on, then the controller's choice (auto.py; 0: a plain AR step).
+        ``stream``: which statistics (default the drafter's name), ``kind``: the verify forward (CHAIN or TREE),
+        ``extra``: rows fed beside the candidates when k > 0, ``cuts``: the sizes allowed (default 0..n)."""
+        auto = self.decoder.auto
+        return n if auto is None else auto.size(stream or self.name, n, kind, extra, cuts)
+
+    def draft_cost(self, stream: str, k: int) -> float:
+        """Seconds a draft model spends drafting ``k`` tokens (decoder.auto weighs it against the accepted tokens)."""
+        return 0.0
+
     def chain(self, drafts) -> Proposal:
         """A chain of ``drafts`` (a list or a device tensor) after the root."""
         n = drafts.numel() if isinstance(drafts, torch.Tensor) else len(drafts)
@@ -148,6 +162,8 @@ class Decoder:
         self.host_reads = 0
         self.row_slots: list[Decoder] = []  # generate_batch's rows, kept across calls (``rows``)
         self.batch_meta: dict | None = None  # the drafter choices of the last batch's first row
+        self.auto: Controller | None = None  # decoder.auto: built on the first generation (its curve is probed then)
+        self.curves: dict[str, Curve] = {}  # decoder.auto: t(q) of the target ("target") and the draft ("draft")
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
         self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
         if self.drafter is not None:
@@ -173,13 +189,15 @@ class Decoder:
 
     def decode(self, prompt: list[int], out: Output, seed: int) -> None:
         """Draft, verify, emit, observe, until the output is complete. The first step's forward is the prefill."""
-        drafter, verifier = self.drafter, self.verifier
+        drafter, verifier, auto = self.drafter, self.verifier, self.auto
         verifier.begin(prompt, seed)
         drafter.begin(prompt, out.budget, seed)
         pending = upload(prompt, self.target.device)  # tokens without KV yet, the root last
         while True:
             proposal = drafter.propose(out.budget - len(out.tokens) - 1)
             v = verifier.step(pending, proposal, base=len(out.tokens))
+            if auto is not None:
+                auto.observe(v)
             out.emit(v.tokens)
             v.done = out.done
             drafter.observe(v)
@@ -187,6 +205,20 @@ class Decoder:
                 return
             verifier.commit(v)
             pending = v.bonus
+
+    def start_auto(self, prompt_len: int, budget: int) -> None:
+        """decoder.auto: the cost curves over a representative context (the first prompt plus half the budget) and the
+        controller, once; then a new generation's size record."""
+        if self.auto is None:
+            cache = self.cfg.cost_cache
+            context = prompt_len + budget // 2
+            self.curves["target"] = curve = Curve(self.target, context, min(128, self.target.max_length // 2), cache)
+            if self.draft is not None:
+                self.curves["draft"] = Curve(self.draft, context, min(128, self.draft.max_length // 2), cache)
+            self.auto = Controller(curve, self.drafter.draft_cost)
+            for kv in filter(None, (self.target, self.draft)):
+                kv.reset()
+        self.auto.begin()
 
     def reserve(self, n: int) -> None:
         """Generations of up to ``n`` tokens (prompt + new) follow: size static caches now, untimed."""
@@ -221,6 +253,8 @@ class Decoder:
         for kv in filter(None, (self.target, self.draft)):
             kv.reset()
         self.reserve(len(prompt) + max_new_tokens)  # a static cache is sized (and compiled) before the clock
+        if self.cfg.auto and self.drafter is not None:
+            self.start_auto(len(prompt), max_new_tokens)  # the first generation probes (or loads) the curves, untimed
         self.host_reads = 0
         sync(self.target.device)
         start = time.perf_counter()
@@ -232,6 +266,8 @@ class Decoder:
         target_seconds = draft_seconds = None  # the peers' generate() runs outside the engines' clocks
         if self.drafter is not None:
             self.drafter.after_generation()
+            if self.auto is not None:
+                self.drafter.meta["auto"] = {**self.curves["target"].describe(), "streams": self.auto.describe()}
             target_seconds, draft_seconds = self.target.seconds, self.draft.seconds if self.draft is not None else 0.0
         return DecodeOutput(
             tokens=out.tokens,

@@ -14,17 +14,20 @@ from specnoise.errors import UserError
 
 
 def measure_forward_costs(kv: Engine, qs: list[int], cache_len: int | None = None, repeats: int = 5,
-                          warmup: int = 2, seed: int = 0, reduce=median, rows: int = 1) -> dict[int, float]:
+                          warmup: int = 2, seed: int = 0, reduce=median, rows: int = 1,
+                          causal: bool = False) -> dict[int, float]:
     """Seconds of one ``kv.forward`` of q new tokens for each q: the median over ``repeats`` (``reduce=min``: the
     uncontended cost, steadier on a machine shared with other jobs). See :func:`measure_forward_times`."""
-    times = measure_forward_times(kv, qs, cache_len, repeats, warmup, seed, rows)
+    times = measure_forward_times(kv, qs, cache_len, repeats, warmup, seed, rows, causal)
     return {q: reduce(t) for q, t in times.items()}
 
 
 def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = None, repeats: int = 5,
-                          warmup: int = 2, seed: int = 0, rows: int = 1) -> dict[int, list[float]]:
-    """``repeats`` timings (seconds) of one ``kv.forward`` of q new tokens (a causal block as a 4D mask, every
-    logit row, as a tree verify) for each q.
+                          warmup: int = 2, seed: int = 0, rows: int = 1,
+                          causal: bool = False) -> dict[int, list[float]]:
+    """``repeats`` timings (seconds) of one ``kv.forward`` of q new tokens for each q, every logit row: by default a
+    causal block passed as a 4D mask, as a tree verify feeds it; ``causal``: without a mask, as a chain verify feeds
+    it (SDPA's causal path, which on a CPU costs less).
 
     The block goes after the current cache, topped up with random tokens to ``cache_len`` first when given; the
     sizes take turns within each round so a machine's drift spreads over all of them. The cache is cropped back
@@ -48,7 +51,7 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
         base = kv.length
 
         def forward(block, mask):
-            kv.forward(block, tree=mask)
+            kv.forward(block, tree=None if causal else mask)
 
         def back():
             kv.crop(base)

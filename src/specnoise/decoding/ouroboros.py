@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import torch
 
+from specnoise.decoding.auto import TREE
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.lookahead import Window
 from specnoise.decoding.ngram import NGramPool
@@ -82,6 +83,7 @@ class Ouroboros(Drafter):
     def setup(self):
         self.vocab = draft_vocab(self.decoder.target_model, self.decoder.draft_model, self.target, self.draft)
         self.pool = NGramPool(self.cfg.W)  # G = W (OUR-R asserts it)
+        self.drafted = [0, 0, 0]  # draft lookahead steps, tokens they gave, rows they fed (decoder.auto's draft cost)
 
     def reset_history(self):
         self.pool.clear()
@@ -105,15 +107,25 @@ class Ouroboros(Drafter):
 
     def propose(self, room):
         cfg, M = self.cfg, self.cfg.phrase_len
+        # decoder.auto ranks the drafts, then whole phrases, and may cut both (0: an AR step, no draft forward)
+        want, K = min(cfg.gamma, room), cfg.K if cfg.lengthening else 0
+        k = self.cut(want + K * M, cuts=[*range(want + 1), *(want + M * j for j in range(1, K + 1))])
         # 1. draft; drafts past the budget could never be emitted
-        self.d, self.fed = self.make_draft(min(cfg.gamma, room))
+        self.d, self.fed = self.make_draft(min(want, k))
         # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
         # (which also keeps their positions inside the context)
         self.key, self.m = self.d[-1] if self.d else self.seq[-1], min(M, room - len(self.d))
-        self.phrases = [g[:self.m] for g in self.pool.newest(self.key, cfg.K)] if cfg.lengthening and self.m > 0 else []
+        K = (k - want) // M if k > want else 0
+        self.phrases = [g[:self.m] for g in self.pool.newest(self.key, K)] if K and self.m > 0 else []
         # 3. one target forward over drafts and phrases (the first step's is the target's prefill)
         shape = phrase_shape(len(self.d), len(self.phrases), self.m, cfg.faithful, self.target.device)
         return Proposal(self.d + [t for g in self.phrases for t in g], shape, after=read_argmax)
+
+    def draft_cost(self, stream, k):
+        """k drafted tokens take k / (tokens per lookahead step) draft forwards of the mean block (counted so far)."""
+        steps, tokens, rows = self.drafted
+        per_step, block = (tokens / steps, rows / steps) if steps else (1.0, 1 + self.cfg.W * self.cfg.phrase_len)
+        return min(k, self.cfg.gamma) / per_step * self.decoder.curves["draft"](block, TREE)
 
     def observe(self, v):
         super().observe(v)
@@ -144,6 +156,9 @@ class Ouroboros(Drafter):
     def draft_step(self, tokens: list[int]) -> list[int]:
         """One lookahead step of the draft model after ``tokens`` (the uncached ones fed): its accepted tokens."""
         v = self.drafting.step(tokens[self.draft.length:], self.window.propose(tokens[-1], self.draft.device), base=0)
+        self.drafted[0] += 1
+        self.drafted[1] += len(v.tokens)
+        self.drafted[2] += v.shape.last
         self.drafting.commit(v)
         self.window.advance(tokens[-1], v.extra)
         return v.tokens

@@ -64,7 +64,8 @@ class TokenRecycling(Drafter):
             raise ConfigError(f"decoder.tree={cfg.tree} has {len(self.template)} nodes, more than the model's context "
                               f"of {target.max_length}: pick a smaller tree")
         self.M = torch.zeros(target.vocab_size, cfg.topk, dtype=torch.long, device=target.device)
-        self.plans: dict[int, Plan] = {}  # by the deepest node kept (trees cut at the budget)
+        self.plans: dict[tuple[int, int], Plan] = {}  # by the deepest node kept (trees cut at the budget) and size
+        self.ranked: dict[int, list[tuple[int, ...]]] = {}  # by the deepest node kept: the template's nodes
         self.hooks: dict[int, Recycle] = {}  # by block rows
         self.meta = {"tree": cfg.tree, "tree_nodes": len(self.template), "topk": cfg.topk}
 
@@ -87,12 +88,16 @@ class TokenRecycling(Drafter):
         return self.hooks[n]
 
     def plan(self, room: int) -> Plan | None:
-        """The template without nodes deeper than ``room`` (they could never be emitted); None when none is left."""
+        """The template without nodes deeper than ``room`` (they could never be emitted), its first nodes only when
+        ``decoder.auto`` cuts it (template order: a prefix is a tree); None when none is left."""
         depth = min(room, max(map(len, self.template)))
-        if depth not in self.plans:
-            kept = [node for node in self.template if len(node) <= depth]
-            self.plans[depth] = Plan(kept, self.target.device) if kept else None
-        return self.plans[depth]
+        if depth not in self.ranked:
+            self.ranked[depth] = [node for node in self.template if len(node) <= depth]
+        k = self.cut(len(self.ranked[depth]), "token_recycling")
+        if (depth, k) not in self.plans:
+            kept = self.ranked[depth][:k]
+            self.plans[depth, k] = Plan(kept, self.target.device) if kept else None
+        return self.plans[depth, k]
 
     def propose(self, room):
         plan = self.plan(room)
