@@ -267,7 +267,9 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.after_generation()
             if self.auto is not None:
-                self.drafter.meta["auto"] = {**self.curves["target"].describe(), "streams": self.auto.describe()}
+                curve = self.curves.get("target")
+                self.drafter.meta["auto"] = {**(curve.describe() if hasattr(curve, "describe") else {}),
+                                             "streams": self.auto.describe()}
             target_seconds, draft_seconds = self.target.seconds, self.draft.seconds if self.draft is not None else 0.0
         return DecodeOutput(
             tokens=out.tokens,

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from specnoise.decoding.auto import EXPLORE
+from specnoise.decoding.auto import CHAIN, EXPLORE, TREE
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.ngram import NGramPool, ahead_noise
 from specnoise.decoding.verifier import Proposal, Shape, tree_shape
@@ -128,14 +128,17 @@ class Lookahead(Drafter):
     def propose(self, room):
         count = None
         if self.decoder.auto is not None:
-            # the controller cuts whole n-grams (pool order), the window riding along as extra rows; a step that
-            # verifies none is a plain AR step without the window, except every EXPLORE-th one (the window fills the
-            # pool: an investment the controller cannot price)
+            # the controller cuts whole n-grams (pool order), the window riding along as extra rows. A step that
+            # verifies none is a plain AR step without the window, unless the window is nearly free here (within
+            # 1/EXPLORE of an AR step) or it is every EXPLORE-th such step: the window fills the pool, an investment
+            # the controller cannot price
             m = self.cfg.N - 2 if self.cfg.faithful else self.cfg.N - 1
+            cells, cost = self.window.cells(), self.decoder.auto.cost
             n = len(self.window.pool.get(self.seq[-1])) * m
-            count = self.cut(n, extra=self.window.cells(), cuts=list(range(0, n + 1, max(m, 1)))) // max(m, 1)
+            count = self.cut(n, extra=cells, cuts=list(range(0, n + 1, max(m, 1)))) // max(m, 1)
             self.idle = 0 if count else self.idle + 1
-            self.windowed = bool(count) or self.idle % EXPLORE == 0
+            cheap = cost(1 + cells, TREE) <= cost(1, CHAIN) * (1 + 1 / EXPLORE)
+            self.windowed = bool(count) or cheap or self.idle % EXPLORE == 0
             if not self.windowed:
                 return self.chain([])
         return self.window.propose(self.seq[-1], self.target.device, count)
