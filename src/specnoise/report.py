@@ -270,6 +270,11 @@ def noise_notes(df: pd.DataFrame, jobs: list[Job], ids: list[str]) -> list[str]:
     if "timing_noisy" in df and (df["timing_noisy"] == True).any():  # noqa: E712 (None / NaN are not noisy)
         rows = df[df["timing_noisy"] == True]  # noqa: E712
         lines += ["", "## Timing noise", "", ADVICE, ""] + [f"- {name(r)}" for _, r in rows.iterrows()]
+    if "why" in df and df["why"].notna().any():  # bench/timing.py's one line per decoder: what its speed comes from
+        rows = df[df["why"].notna() & (df["category"] == "all" if "category" in df else True)]
+        job = lambda r: "".join(f"{r[c]} " for c in ids if c in r and c != "decoder")  # noqa: E731
+        lines += ["", "## Why each decoder runs at its speed", ""]
+        lines += [f"- {job(r)}{r['why']}" for _, r in rows.iterrows()]
     calibrations = [j for j in jobs if j.calibration]
     if calibrations:
         lines += ["", "## Calibration", ""] + [f"- {j.path}: {j.calibration}" for j in calibrations]

@@ -306,7 +306,7 @@ def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
     longest = max(m.samples, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens))  # the most steps to count
     lengths = [len(setup.encode(s, [])) for s in m.samples]
     return bounds(setup.decoders, setup.target.model, setup.encode(longest, []), setup.budget,
-                  cache_len=int(fmean(lengths)) + setup.budget // 2)
+                  cache_len=int(fmean(lengths)) + setup.budget // 2, cache_dir=setup.conf.decoder.cost_cache)
 
 
 def score(m: Measured) -> None:
@@ -484,6 +484,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "other_seconds": None if target_s is None else seconds - target_s - (draft_s or 0.0),
         "verify_block": bound.get("verify_block"), "cost_ratio": tq / t1 if t1 and tq else None,
         "cost_bound": timing.cost_bound(mat, t1, tq),
+        "why": timing.explain(name, mat, bound.get("verify_block"), tq / t1 if t1 and tq else None,
+                              timing.cost_bound(mat, t1, tq), speedup),
         "speedup_exceeds_mat": speedup > mat * 1.0001 if name != base else False,  # impossible for a real timing
         # batching: rows decoded together, and the speedup against AR at batch 1 (the group's tokens per second
         # against AR's one prompt at a time; equal to `speedup` at batch size 1)

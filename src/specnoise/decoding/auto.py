@@ -64,8 +64,9 @@ def machine_key(engine, context: int) -> dict:
 
 
 class Curve:
-    """t(q, kind) in seconds on ``engine`` over a cache of ``context`` tokens: measured for the sizes a run needs (at
-    least up to ``largest``), read from / written to ``cache_dir`` when given."""
+    """t(q, kind) in seconds on ``engine`` over a cache of ``context`` tokens (the engine's own cache, topped up with
+    random tokens): measured for the sizes a run needs (at least up to ``largest``), read from / written to
+    ``cache_dir`` when given. The probe leaves the engine as it found it."""
 
     def __init__(self, engine, context: int, largest: int, cache_dir: str | None):
         context = min(context, engine.max_length - largest - 1)
@@ -86,12 +87,13 @@ class Curve:
         todo = [q for q in todo if q not in self.times[CHAIN] or q not in self.times[TREE]]
         if not todo:
             return
-        engine.reset()
+        clock = engine.clock  # the probe leaves the engine as found: cache, forward count and clock
+        saved = clock.host, list(clock.events)
         for kind in (CHAIN, TREE):
             got = measure_forward_costs(engine, todo, cache_len=self.key["context"], repeats=REPEATS,
                                         warmup=WARMUP, causal=kind == CHAIN)
             self.times[kind].update(got)
-        engine.reset()
+        clock.host, clock.events = saved
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
