@@ -17,7 +17,7 @@ from conftest import prompts
 from helpers_decoding import PROMPT, TV_MAX, V, ar, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ConfigError
 from specnoise.decoding import auto
-from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Controller, Curve, Ranks
+from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Controller, Curve, Nodes, chain_parents
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import DynamicEngine
 
@@ -50,30 +50,43 @@ def static(loaded):
 
 # ------------------------------------------------------------------------------------------ the controller
 def test_the_controller_picks_the_most_tokens_per_second():
+    chain = chain_parents(3)
+    nodes = Nodes()
+    for i in range(200):  # depth 1 always accepted, depth 2 a third of the time, depth 3 never
+        nodes.observe(chain, [0, 1, 2], {0, 1} if i % 3 == 0 else {0})
+    # p ~ 1, 1/3, 0: rates k=0 1/1, k=1 2/1.5 = 1.33, k=2 2.33/2 = 1.17, k=3 2.33/2.5
+    for slope, want in ((0.5, 1), (0.1, 2), (1.0, 0)):  # at t(q) = q nothing beats an AR step
+        controller = Controller(lambda q, kind=CHAIN, s=slope: 1.0 + s * (q - 1))
+        controller.streams["s"] = nodes
+        assert controller.size("s", 3) == want, slope
     controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1))
-    ranks = controller.streams.setdefault("s", Ranks())
-    for _ in range(200):  # rank 0 always accepted, rank 1 a third of the time, rank 2 never
-        ranks.observe(3, [0, 1] if _ % 3 == 0 else [0])
-    # rates: k=0 1/1, k=1 (1+1)/1.5=1.33, k=2 (2+.33)/2=1.17, k=3 (2.33+0)/2.5
-    assert controller.size("s", 3) == 1
-    cheap = Controller(lambda q, kind=CHAIN: 1.0 + 0.1 * (q - 1))
-    cheap.streams["s"] = ranks
-    assert cheap.size("s", 3) == 2  # (2.33)/1.2 beats 2/1.1
-    dear = Controller(lambda q, kind=CHAIN: float(q))
-    dear.streams["s"] = ranks
-    assert dear.size("s", 3) == 0  # 2/2 is no better than an AR step: no draft
+    controller.streams["s"] = nodes
     assert controller.size("s", 3, cuts=[0, 2]) == 2 and controller.size("s", 0) == 0
 
 
-def test_unseen_ranks_look_like_the_rank_before_and_exploration_looks_past_the_cut():
-    ranks = Ranks()
-    assert ranks.p(3) == [1.0, 1.0, 1.0]  # optimism: nothing seen yet
+def test_a_template_pick_is_the_likeliest_nodes_and_stays_a_tree():
+    parents = [-1, -1, 0, 0, 2]  # root -> 0, 1; 0 -> 2, 3; 2 -> 4
+    nodes = Nodes()
+    for i in range(300):  # node 1 wins 3 steps in 4, else the path 0 -> 2 -> 4
+        nodes.observe(parents, [0, 1, 2, 3, 4], {1} if i % 4 else {0, 2, 4})
+    controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1))
+    controller.streams["t"] = nodes
+    pick = controller.select("t", parents)
+    assert pick[0] in (0, 1) and all(parents[i] < 0 or parents[i] in pick for i in pick)
+    assert 1 in pick and 3 not in pick  # node 3 never wins
+    without = controller.select("t", parents, allow=[True, False, True, True, True])
+    assert 1 not in without and all(parents[i] < 0 or parents[i] in without for i in without)
+
+
+def test_untried_nodes_look_like_their_parent_and_exploration_looks_past_the_pick():
+    nodes = Nodes()
+    assert nodes.p(chain_parents(3)) == [1.0, 1.0, 1.0]  # optimism: nothing seen yet
     for _ in range(50):
-        ranks.observe(1, [])  # rank 0 proposed, never accepted
-    p = ranks.p(3)
+        nodes.observe(chain_parents(1), [0], set())  # depth 1 proposed, never accepted
+    p = nodes.p(chain_parents(3))
     assert p[0] < 0.05 and p[1] == pytest.approx(p[0]) and p[2] == pytest.approx(p[0])
     controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1))
-    controller.streams["s"] = ranks
+    controller.streams["s"] = nodes
     sizes = [controller.size("s", 8) for _ in range(3 * EXPLORE)]
     assert sizes.count(0) == 3 * EXPLORE - 3 and sorted(set(sizes)) == [0, auto.PROBE]
 
@@ -166,3 +179,40 @@ def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_
     meta = decoder.meta["auto"]
     assert meta["cache_file"].startswith(str(tmp_path)) and meta["context"] == len(prompt) + 6
     assert meta["chain_ratio"][1] == 1.0 and "pld" in meta["streams"]
+
+
+# ------------------------------------------------------------------------------------------ the curve tells the truth
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["jacobi", "tr_jacobi", "pld"])
+def test_the_curve_prices_a_runs_forwards_within_15_percent(name, tmp_path):
+    """On the shipped small-code-msn at one thread: every target forward a generation ran (its size and kind), priced
+    by the run's own curve, adds up to the measured target_seconds within 15% (a quiet machine; not a default test:
+    it asserts on timings)."""
+    import torch
+
+    from specnoise.bench.bound import forward_log, price
+    from specnoise.config import ASSETS_DIR, ModelConfig
+    from specnoise.models import load_model
+
+    path = ASSETS_DIR / "models" / "small-code-msn"
+    if not (path / "config.json").is_file():
+        pytest.skip("the shipped small-code-msn is not in src/specnoise/assets")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        target = load_model(ModelConfig(name="small-code-msn", path=str(path)))
+        decoder = build_decoder(DECODER_SCHEMAS[name](auto=True, cost_cache=str(tmp_path)), target)
+        tok = target.tokenizer
+        texts = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+                 "def is_palindrome(s: str) -> bool:\n    \"\"\"Check whether s reads the same backwards.\"\"\"\n",
+                 "def sort_by_length(words):\n    \"\"\"Sort words by length, shortest first.\"\"\"\n"]
+        prompts_ = [tok(t)["input_ids"] for t in texts]
+        decoder.generate(prompts_[0], 64)  # probes the curve (untimed) and warms up
+        predicted = measured = 0.0
+        for prompt in prompts_:
+            out, fed = forward_log(decoder, target.model, prompt, 64)
+            predicted += price(fed, decoder.curves["target"])
+            measured += out.target_seconds
+    finally:
+        torch.set_num_threads(threads)
+    assert abs(predicted / measured - 1) < 0.15, f"{name}: curve {predicted:.3f}s, measured {measured:.3f}s"

@@ -25,7 +25,7 @@ log = logging.getLogger("specnoise")
 
 
 def forward_log(decoder: Decoder, model, prompt: list[int], budget: int):
-    """(the generation's output, [(q, kind)] of every target forward it ran, the prefill logged as (1, CHAIN))."""
+    """(the generation's output, [(q, kind)] of every target forward it ran, the prefill first)."""
     fed: list[tuple[int, str]] = []
 
     def count(module, args, kwargs):
@@ -41,8 +41,6 @@ def forward_log(decoder: Decoder, model, prompt: list[int], budget: int):
         out = decoder.generate(prompt, budget)
     finally:
         handle.remove()
-    if fed:
-        fed[0] = (1, CHAIN)
     return out, fed
 
 
@@ -58,7 +56,8 @@ def bounds(decoders: dict[str, Decoder], model, prompt: list[int], budget: int, 
     computed with it (``timing.cost_bound``). Empty when no forward could be counted."""
     logs = {}
     for name, decoder in decoders.items():
-        logs[name] = forward_log(decoder, model, prompt, budget)[1]
+        fed = forward_log(decoder, model, prompt, budget)[1]
+        logs[name] = [(1, CHAIN)] + fed[1:] if fed else fed  # the prefill as the one-token step AR decodes from
     for decoder in decoders.values():
         decoder.reset_history()
     if not any(logs.values()):

@@ -8,19 +8,22 @@ engine at the run's settings, over a representative context (the first prompt pl
 sizes, and interpolates in between. The timings are cached in a small JSON file per machine + model + settings
 (``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe once and a second run reuses it.
 
-The controller. Every drafter ranks its candidates (a chain by depth, a tree by its template order or frequency,
-parents first) and asks ``Drafter.cut(n)`` how many of the first n to propose; 0 is a plain AR step with no draft
-work at all. The controller keeps, per stream of candidates (a drafter may have two: SAM's matched chain and its
-tree fallback) and per rank, how often the rank's whole path was accepted when it was verified, and proposes the
-prefix k that maximises expected accepted tokens per second,
+The controller. Every drafter lists its candidates as a tree (parents first; a chain is a tree) and asks which to
+propose: ``Drafter.cut(n)`` for a prefix of its own order (a chain by depth, REST's trie by frequency, Lookahead's
+n-grams, Ouroboros' drafts then phrases), ``Drafter.select(parents)`` for a template whose nodes keep their identity
+from step to step (TR-Jacobi's, Token Recycling's and SAM's fallback trees): there the controller ranks the nodes
+itself. An empty pick is a plain AR step with no draft work at all. Per stream of candidates (a drafter may have
+two: SAM's matched chain and its tree fallback) and per node, it keeps how often the node was accepted when its
+parent's path was, p(node) = p(parent) x that rate, and verifies the k nodes (or the prefix of k) that maximise
+expected accepted tokens per second,
 
     (1 + p_1 + ... + p_k) / (t(1 + extra + k) + draft_cost(k)),
 
 with t the target curve (``extra``: rows fed beside the tree, Lookahead's window) and ``draft_cost`` what drafting
-k tokens costs a draft model. Acceptance statistics are kept across prompts (the benchmark's warm-up teaches them)
-with exponential forgetting (weight 0.98 per observation, a half-life of ~35 steps), so they follow the current
-text. An unseen rank is scored like the rank before it (optimism: the cut grows until it learns better), and every
-``EXPLORE``-th step verifies ``PROBE`` more candidates than the best cut, so ranks beyond it keep being observed.
+k tokens costs a draft model. Statistics are kept across prompts (the benchmark's warm-up teaches them) with
+exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they follow the current text. A node
+never tried looks as good as its parent (optimism: the pick grows until it learns better), and every
+``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed.
 
 A cost function is all the controller takes: the batched path can pass t(B x q) for B rows verified together.
 """
@@ -45,7 +48,7 @@ CHAIN, TREE = "chain", "tree"  # a causal block without a mask; a block with pos
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
 FORGET = 0.98  # weight of the past per observation of a rank
 EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
-REPEATS, WARMUP = 7, 2  # per probed size and kind: the median of REPEATS timings after WARMUP
+REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP (the uncontended cost)
 
 
 # ---------------------------------------------------------------------------------------------- the cost curve
@@ -91,7 +94,7 @@ class Curve:
         saved = clock.host, list(clock.events)
         for kind in (CHAIN, TREE):
             got = measure_forward_costs(engine, todo, cache_len=self.key["context"], repeats=REPEATS,
-                                        warmup=WARMUP, causal=kind == CHAIN)
+                                        warmup=WARMUP, reduce=min, causal=kind == CHAIN)
             self.times[kind].update(got)
         clock.host, clock.events = saved
         if self.path is not None:
@@ -118,90 +121,126 @@ class Curve:
 
 
 # ---------------------------------------------------------------------------------------------- the controller
-class Ranks:
-    """One stream of ranked candidates: per rank, the forgetting sums of trials and of whole-path acceptances."""
+def chain_parents(n: int) -> list[int]:
+    return list(range(-1, n - 1))  # node i's parent is node i - 1, node 0's the root (-1)
+
+
+class Nodes:
+    """One stream of candidates: per node index, the forgetting sums of trials (its parent's path was accepted, or
+    it hangs off the root) and hits (it was accepted too)."""
 
     def __init__(self):
         self.trials: list[float] = []
         self.hits: list[float] = []
         self.steps = 0
 
-    def p(self, n: int) -> list[float]:
-        """Each of the first ``n`` ranks' chance of being accepted: (hits + prior) / (trials + 1), the prior the rank
-        before's estimate (rank 1's: 1), so an unseen rank looks as good as the one before it."""
-        out, prior = [], 1.0
-        for i in range(n):
+    def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
+        """Each node's chance that its whole path is accepted: its parent's times its own conditional rate
+        (hits + 1) / (trials + 1), optimistic for a node never tried (it looks as good as its parent). Nodes not
+        allowed (and so their descendants) get -1. Parents come before their children."""
+        out: list[float] = []
+        for i, parent in enumerate(parents):
             t, h = (self.trials[i], self.hits[i]) if i < len(self.trials) else (0.0, 0.0)
-            prior = (h + prior) / (t + 1)
-            out.append(prior)
+            above = 1.0 if parent < 0 else out[parent]
+            out.append(-1.0 if above < 0 or (allow is not None and not allow[i]) else above * (h + 1) / (t + 1))
         return out
 
-    def observe(self, proposed: int, accepted: list[int]) -> None:
-        """``proposed`` ranks were verified; ranks ``accepted`` (0-based) were on the accepted path."""
-        grow = proposed - len(self.trials)
+    def observe(self, parents: list[int], proposed: list[int], accepted: set[int]) -> None:
+        """Nodes ``proposed`` were verified, nodes ``accepted`` were on the accepted path (indices into ``parents``).
+        Under greedy decoding (and the per-position draw) at most one child of a node can be right, so the accepted
+        path holds every node that was right with its whole path: a tried node is right iff it is on the path."""
+        grow = max(proposed, default=-1) + 1 - len(self.trials)
         if grow > 0:
             self.trials += [0.0] * grow
             self.hits += [0.0] * grow
-        won = set(accepted)
-        for i in range(proposed):
-            self.trials[i] = self.trials[i] * FORGET + 1
-            self.hits[i] = self.hits[i] * FORGET + (i in won)
+        for i in proposed:
+            if parents[i] < 0 or parents[i] in accepted:
+                self.trials[i] = self.trials[i] * FORGET + 1
+                self.hits[i] = self.hits[i] * FORGET + (i in accepted)
 
 
 class Controller:
-    """Chooses each step's proposal size (see the module docstring). ``cost(q, kind)``: seconds of a target forward
-    of q tokens; ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens."""
+    """Chooses each step's proposal (see the module docstring). ``cost(q, kind)``: seconds of a target forward of q
+    tokens; ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens."""
 
     def __init__(self, cost: Callable[[float, str], float],
                  draft_cost: Callable[[str, int], float] | None = None):
         self.cost, self.draft_cost = cost, draft_cost
-        self.streams: dict[str, Ranks] = {}
-        self.asked: tuple[str, int] | None = None  # this step's stream and cut, until the verdict
-        self.sizes: list[tuple[str, int]] = []  # (stream, cut) per step of the current generation
+        self.streams: dict[str, Nodes] = {}
+        self.asked: tuple[Nodes, list[int], list[int]] | None = None  # this step's stream, parents, kept nodes
+        self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
 
     def begin(self) -> None:
         self.sizes = []
         self.asked = None
 
-    def size(self, stream: str, n: int, kind: str = TREE, extra: int = 0, cuts: list[int] | None = None) -> int:
-        """How many of ``n`` ranked candidates to verify: a cut in ``cuts`` (default 0..n) maximising expected
-        accepted tokens per second. ``extra``: rows fed beside the candidates whenever k > 0."""
-        ranks = self.streams.setdefault(stream, Ranks())
-        cuts = list(range(n + 1)) if cuts is None else [c for c in cuts if c <= n]
-        if n <= 0 or len(cuts) <= 1:
+    def rate(self, stream: str, k: int, gain: float, kind: str, extra: int) -> float:
+        spend = self.cost(1 + extra + k, kind) + (self.draft_cost(stream, k) if self.draft_cost and k else 0.0)
+        return gain / spend
+
+    def choose(self, stream: str, parents: list[int], kind: str, extra: int, cuts: list[int] | None,
+               allow: list[bool] | None) -> list[int]:
+        """The kept nodes (ascending). ``cuts``: prefixes of the given order only, of these sizes; else the k nodes of
+        highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
+        nodes = self.streams.setdefault(stream, Nodes())
+        p = nodes.p(parents, allow)
+        if cuts is None:
+            order = sorted((i for i in range(len(p)) if p[i] >= 0), key=lambda i: -p[i])  # stable: ties keep order
+            sizes = range(len(order) + 1)
+        else:
+            order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
+        best, best_rate, gain, done = 0, 1.0 / self.cost(1, CHAIN), 1.0, 0
+        for k in sizes:
+            if k == 0:
+                continue
+            gain += sum(max(p[i], 0.0) for i in order[done:k])
+            done = k
+            if self.rate(stream, k, gain, kind, extra) > best_rate:
+                best, best_rate = k, self.rate(stream, k, gain, kind, extra)
+        nodes.steps += 1
+        if nodes.steps % EXPLORE == 0:  # look past the best cut now and then
+            sizes = list(sizes)
+            best = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
+        keep = sorted(order[:best])
+        self.asked = (nodes, parents, keep) if keep else None
+        self.sizes.append((stream, len(keep)))
+        return keep
+
+    def size(self, stream: str, n: int, kind: str = TREE, extra: int = 0, cuts: list[int] | None = None,
+             parents: list[int] | None = None) -> int:
+        """How many of ``n`` candidates to verify, a prefix of their order: a size in ``cuts`` (default 0..n)
+        maximising expected accepted tokens per second. ``parents``: the candidates' tree (default a chain)."""
+        if n <= 0:
             self.asked = None
             return 0
-        p = ranks.p(n)
-        gain, best, best_rate, k_prev = 1.0, 0, 1.0 / self.cost(1, CHAIN), 0
-        for c in cuts[1:]:
-            gain += sum(p[k_prev:c])
-            k_prev = c
-            spend = self.cost(1 + extra + c, kind) + (self.draft_cost(stream, c) if self.draft_cost else 0.0)
-            if gain / spend > best_rate:
-                best, best_rate = c, gain / spend
-        ranks.steps += 1
-        if ranks.steps % EXPLORE == 0:  # look past the best cut now and then
-            best = cuts[min(cuts.index(best) + PROBE, len(cuts) - 1)]
-        self.asked = (stream, best) if best else None
-        self.sizes.append((stream, best))
-        return best
+        cuts = list(range(n + 1)) if cuts is None else cuts
+        return len(self.choose(stream, parents or chain_parents(n), kind, extra, cuts, None))
+
+    def select(self, stream: str, parents: list[int], kind: str = TREE, extra: int = 0,
+               allow: list[bool] | None = None) -> list[int]:
+        """Which nodes of a tree whose nodes keep their identity from step to step (a template) to verify: the k
+        most likely ones (``allow``: those that may be chosen), for the best k."""
+        if not parents:
+            self.asked = None
+            return []
+        return self.choose(stream, parents, kind, extra, None, allow)
 
     def observe(self, v) -> None:
-        """The verdict of the step whose size was asked: tree inputs 1..nodes are ranks 0..nodes-1."""
+        """The verdict of the step that asked: tree input i is kept node ``keep[i - 1]``."""
         if self.asked is None:
             return
-        stream, _ = self.asked
+        nodes, parents, keep = self.asked
         self.asked = None
-        nodes = v.shape.nodes
-        if nodes:
-            self.streams[stream].observe(nodes, [i - 1 for i in v.path[1:v.accepted + 1]])
+        proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
+        nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
 
     def describe(self) -> dict:
-        """What a run records: per stream, the mean chosen size, the last generation's sizes, the first ranks' p."""
+        """What a run records: per stream, the mean chosen size, the last generation's sizes, the first nodes' p."""
         out = {}
-        for stream, ranks in self.streams.items():
+        for stream, nodes in self.streams.items():
             chosen = [k for s, k in self.sizes if s == stream]
+            rates = [round((h + 1) / (t + 1), 3) for h, t in zip(nodes.hits[:16], nodes.trials[:16])]
             out[stream] = {"mean_size": round(sum(chosen) / len(chosen), 3) if chosen else None,
                            "zero_share": round(chosen.count(0) / len(chosen), 3) if chosen else None,
-                           "sizes": chosen[:256], "p": [round(x, 3) for x in ranks.p(min(len(ranks.trials), 16))]}
+                           "sizes": chosen[:256], "conditional_rates": rates}
         return out

@@ -95,13 +95,21 @@ class Drafter:
         return self.decoder.to_host(tensor)
 
     def cut(self, n: int, stream: str | None = None, kind: str = TREE, extra: int = 0,
-            cuts: list[int] | None = None) -> int:
-        """How many of this step's ``n`` ranked candidates (parents first, best first) to propose: ``n`` itself (the
-        faithful size) unless ``decoder.auto`` is on, then the controller's choice (auto.py; 0: a plain AR step).
+            cuts: list[int] | None = None, parents: list[int] | None = None) -> int:
+        """How many of this step's ``n`` candidates, a prefix of their order (parents first), to propose: ``n`` itself
+        (the faithful size) unless ``decoder.auto`` is on, then the controller's choice (auto.py; 0: a plain AR step).
         ``stream``: which statistics (default the drafter's name), ``kind``: the verify forward (CHAIN or TREE),
-        ``extra``: rows fed beside the candidates when k > 0, ``cuts``: the sizes allowed (default 0..n)."""
+        ``extra``: rows fed beside the candidates when k > 0, ``cuts``: the sizes allowed (default 0..n),
+        ``parents``: the candidates' tree, parent index per node, -1 = the root (default a chain)."""
         auto = self.decoder.auto
-        return n if auto is None else auto.size(stream or self.name, n, kind, extra, cuts)
+        return n if auto is None else auto.size(stream or self.name, n, kind, extra, cuts, parents)
+
+    def select(self, parents: list[int], stream: str | None = None,
+               allow: list[bool] | None = None) -> list[int] | None:
+        """Which nodes of a template tree (``parents``: parent index per node, -1 = the root; ``allow``: the nodes that
+        may be chosen) to verify: None (all) unless ``decoder.auto`` is on, then the controller's pick, ascending."""
+        auto = self.decoder.auto
+        return None if auto is None else auto.select(stream or self.name, parents, TREE, 0, allow)
 
     def draft_cost(self, stream: str, k: int) -> float:
         """Seconds a draft model spends drafting ``k`` tokens (decoder.auto weighs it against the accepted tokens)."""

@@ -135,7 +135,8 @@ class Lookahead(Drafter):
             m = self.cfg.N - 2 if self.cfg.faithful else self.cfg.N - 1
             cells, cost = self.window.cells(), self.decoder.auto.cost
             n = len(self.window.pool.get(self.seq[-1])) * m
-            count = self.cut(n, extra=cells, cuts=list(range(0, n + 1, max(m, 1)))) // max(m, 1)
+            parents = [-1 if j % m == 0 else j - 1 for j in range(n)]  # each n-gram a chain off the root
+            count = self.cut(n, extra=cells, cuts=list(range(0, n + 1, max(m, 1))), parents=parents) // max(m, 1)
             self.idle = 0 if count else self.idle + 1
             cheap = cost(1 + cells, TREE) <= cost(1, CHAIN) * (1 + 1 / EXPLORE)
             self.windowed = bool(count) or cheap or self.idle % EXPLORE == 0

@@ -109,7 +109,8 @@ class Ouroboros(Drafter):
         cfg, M = self.cfg, self.cfg.phrase_len
         # decoder.auto ranks the drafts, then whole phrases, and may cut both (0: an AR step, no draft forward)
         want, K = min(cfg.gamma, room), cfg.K if cfg.lengthening else 0
-        k = self.cut(want + K * M, cuts=[*range(want + 1), *(want + M * j for j in range(1, K + 1))])
+        parents = [*range(-1, want - 1), *(want - 1 if j % M == 0 else want + j - 1 for j in range(K * M))]
+        k = self.cut(want + K * M, cuts=[*range(want + 1), *(want + M * j for j in range(1, K + 1))], parents=parents)
         # 1. draft; drafts past the budget could never be emitted
         self.d, self.fed = self.make_draft(min(want, k))
         # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted

@@ -49,12 +49,15 @@ def retrieve(seq: list[int], n: int, length: int, faithful: bool = False) -> lis
     return seq[n:n + length] if faithful else []
 
 
-def cut(tree: Tree, depth: int, k: int | None = None) -> Tree:
-    """``tree`` without its nodes deeper than ``depth``, and then (``k``) only its first k nodes. Near the budget deep
-    nodes could never be emitted (a step emits the accepted nodes plus one token), and their positions could run past
-    a learned-position model's context; ``decoder.auto`` verifies a prefix of the node list. Ancestors are shallower
-    than their descendants and come before them, so what is left is still a tree over the same matrix C."""
-    keep = [0] + [i for i, node in enumerate(tree.nodes, start=1) if len(node) <= depth][:k]
+def cut(tree: Tree, depth: int, nodes: tuple[int, ...] | None = None) -> Tree:
+    """``tree`` without its nodes deeper than ``depth`` or, given ``nodes`` (0-based node indices whose ancestors are
+    among them: ``decoder.auto``'s pick), with those nodes only. Near the budget deep nodes could never be emitted (a
+    step emits the accepted nodes plus one token), and their positions could run past a learned-position model's
+    context. Ancestors are shallower than their descendants, so what is left is still a tree over the same matrix C."""
+    if nodes is None:
+        keep = [0] + [i for i, node in enumerate(tree.nodes, start=1) if len(node) <= depth]
+    else:
+        keep = [0] + [i + 1 for i in nodes]
     new = {old: i for i, old in enumerate(keep)}
     idx = torch.tensor(keep, device=tree.mask.device)
     paths = dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths)  # cut paths may repeat
@@ -115,22 +118,22 @@ class TRJacobi(Drafter):
         self.probes: dict[int, int] = {}
         self.curve: Curve | None = None  # at batch 1: the run's cost curve (auto.py)
         self.generations = 0
-        # by the deepest node kept (cut trees for the last steps before the budget) and, under decoder.auto, the size
-        self.tables: dict[tuple[int, int | None], Tables] = {}
+        # by the deepest node kept (cut trees for the last steps before the budget) and decoder.auto's pick
+        self.tables: dict[tuple[int, tuple[int, ...] | None], Tables] = {}
 
     def tables_for(self, budget: int) -> Tables:
-        """The tables for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut, and under
-        ``decoder.auto`` the nodes after the controller's cut (the node list is the rank order: retrieval chain first,
-        then the template's)."""
+        """The tables for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut; under
+        ``decoder.auto`` the tree is the controller's pick among the rest (retrieval chain and template alike)."""
         depth = min(budget - 1, self.tree.rows)
-        size = None
+        pick = None
         if self.decoder.auto is not None:
-            size = self.cut(sum(len(node) <= depth for node in self.tree.nodes))
-        if (depth, size) not in self.tables:
-            tree = self.tree if depth == self.tree.rows and size is None else cut(self.tree, depth, size)
+            parents = [p - 1 for p in self.tree.parent[1:]]  # node index of each node's parent, -1 = the root
+            pick = tuple(self.select(parents, allow=[len(node) <= depth for node in self.tree.nodes]))
+        if (depth, pick) not in self.tables:
+            tree = self.tree if depth == self.tree.rows and pick is None else cut(self.tree, depth, pick)
             k = min(self.cfg.topk, self.target.vocab_size)
-            self.tables[depth, size] = Tables(tree, self.cfg.faithful, k, stats=self.stats is not None)
-        return self.tables[depth, size]
+            self.tables[depth, pick] = Tables(tree, self.cfg.faithful, k, stats=self.stats is not None)
+        return self.tables[depth, pick]
 
     def candidates_fill(self, seq: list[int], t: Tables, retrieval: bool, filled: int) -> torch.Tensor:
         """What the empty cells of the candidate matrix get this step: the continuation of an earlier occurrence of
