@@ -19,15 +19,20 @@ from specnoise.config import (
     LoggerConfig,
     ModelConfig,
     TrainConfig,
+    config_dir,
 )
 
 
 def register() -> None:
     """Register every schema so YAML options can extend ``/schema/<group>/<name>``, and the resolver
     ``${asset:models/small-code}`` -> an absolute path inside the package, so shipped models and data resolve the
-    same from a clone, an editable install or a wheel. Idempotent."""
+    same from a clone, an editable install or a wheel; and ``${repo:experiments/...}`` -> an absolute path next to the
+    configs (in a clone: the repository root), for files a committed study reads whatever the working directory.
+    Idempotent."""
     if not OmegaConf.has_resolver("asset"):
         OmegaConf.register_new_resolver("asset", lambda rel: str(ASSETS_DIR / rel))
+    if not OmegaConf.has_resolver("repo"):
+        OmegaConf.register_new_resolver("repo", lambda rel: str(config_dir().parent / rel))
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="schema/model", name="model", node=ModelConfig)

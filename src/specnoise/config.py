@@ -291,7 +291,9 @@ class DecoderConfig:
     # drafter's running acceptance (0: a plain AR step); False keeps the faithful fixed sizes. AR and the generate()
     # peers have nothing to size (a no-op there, so one override flips a whole sweep)
     auto: bool = False
-    cost_cache: str | None = "outputs/cost_cache"  # decoder.auto's forward-cost timings, per machine + model + settings
+    # decoder.auto's forward-cost timings: a folder of one file per machine + model + settings, or one .json file used
+    # whatever the machine (a pinned curve: reproducible choices); None: probe every run
+    cost_cache: str | None = "outputs/cost_cache"
 
     def __post_init__(self) -> None:
         check(self.max_new_tokens is None or self.max_new_tokens >= 1, "decoder.max_new_tokens",

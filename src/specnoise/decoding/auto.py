@@ -69,13 +69,16 @@ def machine_key(engine, context: int) -> dict:
 class Curve:
     """t(q, kind) in seconds on ``engine`` over a cache of ``context`` tokens (the engine's own cache, topped up with
     random tokens): measured for the sizes a run needs (at least up to ``largest``), read from / written to
-    ``cache_dir`` when given. The probe leaves the engine as it found it."""
+    ``cache_dir`` when given (a path ending in .json: that one file, whatever the machine and settings, so a committed
+curve makes a run's choices reproducible anywhere). The probe leaves the engine as it found it."""
 
     def __init__(self, engine, context: int, largest: int, cache_dir: str | None):
         context = min(context, engine.max_length - largest - 1)
         self.key = machine_key(engine, max(context, 0))
         digest = hashlib.sha1(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:16]
         self.path = Path(cache_dir) / f"forward-cost-{digest}.json" if cache_dir else None
+        if cache_dir and cache_dir.endswith(".json"):  # a pinned curve: this file whatever the machine (reproducible)
+            self.path = Path(cache_dir)
         self.times: dict[str, dict[int, float]] = {CHAIN: {}, TREE: {}}
         if self.path is not None and self.path.exists():
             saved = json.loads(self.path.read_text())
