@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import platform
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,7 +49,7 @@ CHAIN, TREE = "chain", "tree"  # a causal block without a mask; a block with pos
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
 FORGET = 0.98  # weight of the past per observation of a rank
 EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
-REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP (the uncontended cost)
+REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP
 
 
 # ---------------------------------------------------------------------------------------------- the cost curve
@@ -93,13 +94,15 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
         todo = [q for q in todo if q not in self.times[CHAIN] or q not in self.times[TREE]]
         if not todo:
             return
-        clock = engine.clock  # the probe leaves the engine as found: cache, forward count and clock
-        saved = clock.host, list(clock.events)
+        # on the CPU the process's CPU time: what a forward costs, which other jobs on the machine do not inflate
+        # (they do inflate wall time, the more the longer the forward); on a GPU wall time, synchronised
+        clock = time.process_time if engine.device.type == "cpu" else time.perf_counter
+        saved = engine.clock.host, list(engine.clock.events)  # the probe leaves the engine as found
         for kind in (CHAIN, TREE):
             got = measure_forward_costs(engine, todo, cache_len=self.key["context"], repeats=REPEATS,
-                                        warmup=WARMUP, reduce=min, causal=kind == CHAIN)
+                                        warmup=WARMUP, reduce=min, causal=kind == CHAIN, clock=clock)
             self.times[kind].update(got)
-        clock.host, clock.events = saved
+        engine.clock.host, engine.clock.events = saved
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
