@@ -69,5 +69,6 @@ def bounds(decoders: dict[str, Decoder], model, prompt: list[int], budget: int, 
     for name, fed in logs.items():
         out[name] = {"verify_block": sum(q for q, _ in fed) / len(fed) if fed else None,
                      "tree_share": sum(kind == TREE for _, kind in fed) / len(fed) if fed else None,
-                     "t1_seconds": curve(1), "tq_seconds": price(fed, curve) / len(fed) if fed else None}
+                     "t1_seconds": curve(1), "tq_seconds": price(fed, curve) / len(fed) if fed else None,
+                     "curve": curve.describe()}
     return out

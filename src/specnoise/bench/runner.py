@@ -360,7 +360,8 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
                  "dtype": str(setup.target.model.dtype), "torch_threads": torch.get_num_threads(),
                  "platform": platform.platform(), "torch": torch.__version__,
                  **engine_meta(decoders),
-                 "decoders": {n: d.meta for n, d in setup.decoders.items() if getattr(d, "meta", None)}},  # tree=auto
+                 "decoders": {n: d.meta for n, d in setup.decoders.items() if getattr(d, "meta", None)},  # tree=auto
+                 "cost_curve": m.bounds.get("ar", {}).get("curve")},  # the cost bound's t(q) (bench/bound.py)
     }
     results["meta"].update(describe(setup.target.model))  # attention backends, strict numerics, device, versions
     path = run_dir / "results.json"
