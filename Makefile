@@ -28,6 +28,8 @@ browser:
 
 demo: setup
 	$(BIN)/python -m specnoise +experiment=quickstart
+	# every drafter faithful and with decoder.auto=true, sized from this machine's own cost curve
+	$(BIN)/python -m specnoise +experiment=hardware-aware-tiny decoder.cost_cache=outputs/cost_cache
 
 test: setup
 	$(BIN)/python -m pytest -n 2  # two workers: the CI machine has two cores, each test runs one torch thread

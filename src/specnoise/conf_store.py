@@ -19,17 +19,21 @@ from specnoise.config import (
     LoggerConfig,
     ModelConfig,
     TrainConfig,
+    config_dir,
 )
 
 
 def register() -> None:
     """Register every schema so YAML options can extend ``/schema/<group>/<name>``, and the resolver
     ``${asset:models/small-code}`` -> an absolute path inside the package, so shipped models and data resolve the
-    same from a clone, an editable install or a wheel; and ``${run_dir:...}``, the run directory of a job
-    (conf/config.yaml's hydra.run.dir): a report with ``report.out_dir`` runs in that folder instead of making a
-    timestamped one beside it. Idempotent."""
+    same from a clone, an editable install or a wheel; ``${repo:experiments/...}`` -> an absolute path next to the
+    configs (in a clone: the repository root), for files a committed study reads whatever the working directory; and
+    ``${run_dir:...}``, the run directory of a job (conf/config.yaml's hydra.run.dir): a report with
+    ``report.out_dir`` runs in that folder instead of making a timestamped one beside it. Idempotent."""
     if not OmegaConf.has_resolver("asset"):
         OmegaConf.register_new_resolver("asset", lambda rel: str(ASSETS_DIR / rel))
+    if not OmegaConf.has_resolver("repo"):
+        OmegaConf.register_new_resolver("repo", lambda rel: str(config_dir().parent / rel))
     if not OmegaConf.has_resolver("run_dir"):
         OmegaConf.register_new_resolver("run_dir", lambda task, out_dir, stamped: out_dir if task == "report" and
                                         out_dir else stamped)

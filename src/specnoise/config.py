@@ -305,6 +305,13 @@ class DecoderConfig:
     top_p: float = 1.0
     top_k: int = 0
     seed: int = 0  # seeds noise initialisation and sampling
+    # hardware-aware drafting (decoding/auto.py): size every step's proposal from the measured forward cost and the
+    # drafter's running acceptance (0: a plain AR step); False keeps the faithful fixed sizes. AR and the generate()
+    # peers have nothing to size (a no-op there, so one override flips a whole sweep)
+    auto: bool = False
+    # decoder.auto's forward-cost timings: a folder of one file per machine + model + settings, or one .json file used
+    # whatever the machine (a pinned curve: reproducible choices); None: probe every run
+    cost_cache: str | None = "outputs/cost_cache"
 
     def __post_init__(self) -> None:
         check(self.max_new_tokens is None or self.max_new_tokens >= 1, "decoder.max_new_tokens",
@@ -360,6 +367,9 @@ class TRJacobiConfig(DecoderConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         one_of(self.tree, "decoder.tree", (*TREE_TEMPLATES, "auto"))
+        check(not (self.auto and self.tree == "auto"), "decoder.tree",
+              "tree=auto picks one sub-tree per generation, decoder.auto=true sizes every step: set decoder.tree to a "
+              "template (auto cuts its node list) or decoder.auto=false")
         at_least(self.calibrate, "decoder.calibrate", 1)
         at_least(self.topk, "decoder.topk", 1)
         at_least(self.retrieval_len, "decoder.retrieval_len", 1)
@@ -696,6 +706,11 @@ class Config:
                   f"{name} is greedy-only but shares decoder={self.decoder.name}'s sampling keys (temperature="
                   f"{self.decoder.temperature}, top_p={self.decoder.top_p}, top_k={self.decoder.top_k}): drop it "
                   f"or keep to decoders that sample ({', '.join(sampling_decoders())})")
+        # decoder.auto sizes each step from one controller's statistics and a batch-1 cost curve; at B > 1 rows
+        # interleave in lock-step and a step costs t(B x q): not wired yet, so refused rather than silently faithful
+        check(not (self.decoder.auto and self.benchmark.batch_size > 1), "decoder.auto",
+              f"works at benchmark.batch_size=1 only (got {self.benchmark.batch_size}): set decoder.auto=false for "
+              "batches (TR-Jacobi's decoder.tree=auto prices its tree at t(B x q)), or benchmark.batch_size=1")
         budget = self.decoder.max_new_tokens
         check(budget is None or self.benchmark.name == "none" or budget == self.benchmark.max_new_tokens,
               "decoder.max_new_tokens", f"got {budget} but benchmark.max_new_tokens={self.benchmark.max_new_tokens}: "

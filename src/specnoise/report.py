@@ -319,6 +319,11 @@ def noise_notes(df: pd.DataFrame, jobs: list[Job], ids: list[str]) -> tuple[list
             lines.append(f"- {job}: {len(rows)} of {len(judged)} rows noisy ({noise_reasons(rows.to_dict('records'))})")
         details += ["", "<details><summary>Noisy rows (also the timing_noisy column of report.csv)</summary>", ""]
         details += [f"- {r['job']}: {name(r)}" for _, r in noisy.iterrows()] + ["", "</details>"]
+    if "why" in df and df["why"].notna().any():  # bench/timing.py's one line per decoder: what its speed comes from
+        rows = df[df["why"].notna() & (df["category"] == "all" if "category" in df else True)]
+        job = lambda r: "".join(f"{r[c]} " for c in ids if c in r and c != "decoder")  # noqa: E731
+        lines += ["", "## Why each decoder runs at its speed", ""]
+        lines += [f"- {job(r)}{r['why']}" for _, r in rows.iterrows()]
     calibrations = [j for j in jobs if j.calibration]
     if calibrations:
         lines += ["", "## Calibration", ""] + [f"- {j.path}: {j.calibration}" for j in calibrations]

@@ -61,7 +61,7 @@ from specnoise.numerics import describe, use_numerics
 from specnoise.ranks import check_agree
 
 log = logging.getLogger("specnoise")
-SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")  # the same for every decoder
+SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "auto", "cost_cache")  # every decoder's
 # the console table: what fits a terminal (every column of every row: results.json and results.csv)
 BATCH_COLUMNS = ["batch_size", "speedup_vs_bs1_ar"]  # shown when benchmark.batch_size > 1
 TABLE_COLUMNS = ["decoder", "category", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup",
@@ -342,7 +342,8 @@ def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
     longest = max(m.samples, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens))  # the most steps to count
     lengths = [len(setup.encode(s, [])) for s in m.samples]
     return bounds(setup.decoders, setup.target.model, setup.encode(longest, []), setup.budget,
-                  cache_len=int(fmean(lengths)) + setup.budget // 2, timed=m.batch_size == 1)
+                  cache_len=int(fmean(lengths)) + setup.budget // 2, cache_dir=setup.conf.decoder.cost_cache,
+                  timed=m.batch_size == 1)
 
 
 def score(m: Measured) -> None:
@@ -397,7 +398,8 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
                  "dtype": str(setup.target.model.dtype), "torch_threads": torch.get_num_threads(),
                  "platform": platform.platform(), "torch": torch.__version__,
                  **engine_meta(decoders),
-                 "decoders": {n: d.meta for n, d in setup.decoders.items() if getattr(d, "meta", None)}},  # tree=auto
+                 "decoders": {n: d.meta for n, d in setup.decoders.items() if getattr(d, "meta", None)},  # tree=auto
+                 "cost_curve": m.bounds.get("ar", {}).get("curve")},  # the cost bound's t(q) (bench/bound.py)
     }
     results["meta"].update(describe(setup.target.model))  # attention backends, strict numerics, device, versions
     path = run_dir / "results.json"
@@ -552,6 +554,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "other_seconds": None if target_s is None else seconds - target_s - (draft_s or 0.0),
         "verify_block": bound.get("verify_block"), "cost_ratio": tq / t1 if t1 and tq else None,
         "cost_bound": timing.cost_bound(mat, t1, tq),
+        "why": timing.explain(name, mat, bound.get("verify_block"), tq / t1 if t1 and tq else None,
+                              timing.cost_bound(mat, t1, tq), speedup),
         "speedup_exceeds_mat": speedup > mat * 1.0001 if name != base else False,  # impossible for a real timing
         # batching: rows decoded together, and the speedup against AR at batch 1 (the group's tokens per second
         # against AR's one prompt at a time; equal to `speedup` at batch size 1)

@@ -82,6 +82,22 @@ def calibration_warning(rows: list[dict]) -> str | None:
             "see timing_noisy")
 
 
+def explain(name: str, mat: float, block: float | None, ratio: float | None, bound: float | None,
+            speedup: float) -> str:
+    """One line a reader understands: what the decoder accepts, what its forwards cost here, and what follows."""
+    if block is None or ratio is None or bound is None:
+        return f"{name} accepts {mat:.2f} tokens per target forward (no cost curve measured)"
+    head = (f"{name} accepts {mat:.2f} tokens per forward, a forward of {block:.1f} tokens costs {ratio:.2f}x one "
+            "token")
+    if name == "ar":
+        return f"{head}: the baseline"
+    if bound < 1:
+        return f"{head}: drafting cannot pay here (at best {bound:.2f}x AR)"
+    share = speedup / bound
+    tail = "" if share >= 0.9 else ": host work, the draft model or the machine's load take the rest"
+    return f"{head}: at best {bound:.2f}x AR, measured {speedup:.2f}x ({share:.0%} of it){tail}"
+
+
 def cost_bound(mat: float, t1: float | None, tq: float | None) -> float | None:
     """The most a step of q verified tokens accepting ``mat`` tokens can gain over AR's one-token steps."""
     if t1 is None or tq is None or tq <= 0:

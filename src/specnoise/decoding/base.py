@@ -20,6 +20,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DECODER_SCHEMAS
+from specnoise.decoding.auto import TREE, Controller, Curve
 from specnoise.decoding.batch import BatchKV, lockstep
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
@@ -102,6 +103,27 @@ class Drafter:
     def read(self, tensor: torch.Tensor):
         return self.decoder.to_host(tensor)
 
+    def cut(self, n: int, stream: str | None = None, kind: str = TREE, extra: int = 0,
+            cuts: list[int] | None = None, parents: list[int] | None = None) -> int:
+        """How many of this step's ``n`` candidates, a prefix of their order (parents first), to propose: ``n`` itself
+        (the faithful size) unless ``decoder.auto`` is on, then the controller's choice (auto.py; 0: a plain AR step).
+        ``stream``: which statistics (default the drafter's name), ``kind``: the verify forward (CHAIN or TREE),
+        ``extra``: rows fed beside the candidates when k > 0, ``cuts``: the sizes allowed (default 0..n),
+        ``parents``: the candidates' tree, parent index per node, -1 = the root (default a chain)."""
+        auto = self.decoder.auto
+        return n if auto is None else auto.size(stream or self.name, n, kind, extra, cuts, parents)
+
+    def select(self, parents: list[int], stream: str | None = None,
+               allow: list[bool] | None = None) -> list[int] | None:
+        """Which nodes of a template tree (``parents``: parent index per node, -1 = the root; ``allow``: the nodes that
+        may be chosen) to verify: None (all) unless ``decoder.auto`` is on, then the controller's pick, ascending."""
+        auto = self.decoder.auto
+        return None if auto is None else auto.select(stream or self.name, parents, TREE, 0, allow)
+
+    def draft_cost(self, stream: str, k: int) -> float:
+        """Seconds a draft model spends drafting ``k`` tokens (decoder.auto weighs it against the accepted tokens)."""
+        return 0.0
+
     def chain(self, drafts) -> Proposal:
         """A chain of ``drafts`` (a list or a device tensor) after the root."""
         n = drafts.numel() if isinstance(drafts, torch.Tensor) else len(drafts)
@@ -164,6 +186,8 @@ class Decoder:
         self.host_reads = 0
         self.row_slots: list[Decoder] = []  # generate_batch's rows, kept across calls (``row_decoders``)
         self.batch_meta: dict | None = None  # the drafter choices of the last batch's first row
+        self.auto: Controller | None = None  # decoder.auto: built on the first generation (its curve is probed then)
+        self.curves: dict[str, Curve] = {}  # decoder.auto: t(q) of the target ("target") and the draft ("draft")
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
         self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
         if self.drafter is not None:
@@ -195,13 +219,15 @@ class Decoder:
         """Draft, verify, emit, observe, until the output is complete, as a generator of the forwards and reads it
         needs (kv.py ``Forward`` / ``Read``): ``decode`` serves them one by one, a batch (batch.py) every row's
         together. The first step's forward is the prefill."""
-        drafter, verifier = self.drafter, self.verifier
+        drafter, verifier, auto = self.drafter, self.verifier, self.auto
         verifier.begin(prompt, seed)
         drafter.begin(prompt, out.budget, seed)
         pending = upload(prompt, self.target.device)  # tokens without KV yet, the root last
         while True:
             proposal = yield from drafter.propose_steps(out.budget - len(out.tokens) - 1)
             v = yield from verifier.steps(pending, proposal, base=len(out.tokens))
+            if auto is not None:
+                auto.observe(v)
             out.emit(v.tokens)
             v.done = out.done
             drafter.observe(v)
@@ -209,6 +235,20 @@ class Decoder:
                 return
             verifier.commit(v)
             pending = v.bonus
+
+    def start_auto(self, prompt_len: int, budget: int) -> None:
+        """decoder.auto: the cost curves over a representative context (the first prompt plus half the budget) and the
+        controller, once; then a new generation's size record."""
+        if self.auto is None:
+            cache = self.cfg.cost_cache
+            context = prompt_len + budget // 2
+            self.curves["target"] = curve = Curve(self.target, context, min(128, self.target.max_length // 2), cache)
+            if self.draft is not None:
+                self.curves["draft"] = Curve(self.draft, context, min(128, self.draft.max_length // 2), cache)
+            self.auto = Controller(curve, self.drafter.draft_cost)
+            for kv in filter(None, (self.target, self.draft)):
+                kv.reset()
+        self.auto.begin()
 
     def reserve(self, n: int) -> None:
         """Generations of up to ``n`` tokens (prompt + new) follow: size static caches now, untimed."""
@@ -243,6 +283,8 @@ class Decoder:
         for kv in filter(None, (self.target, self.draft)):
             kv.reset()
         self.reserve(len(prompt) + max_new_tokens)  # a static cache is sized (and compiled) before the clock
+        if self.cfg.auto and self.drafter is not None:
+            self.start_auto(len(prompt), max_new_tokens)  # the first generation probes (or loads) the curves, untimed
         self.host_reads = 0
         sync(self.target.device)
         start = time.perf_counter()
@@ -254,6 +296,10 @@ class Decoder:
         target_seconds = draft_seconds = None  # the peers' generate() runs outside the engines' clocks
         if self.drafter is not None:
             self.drafter.after_generation()
+            if self.auto is not None:
+                curve = self.curves.get("target")
+                self.drafter.meta["auto"] = {**(curve.describe() if hasattr(curve, "describe") else {}),
+                                             "streams": self.auto.describe()}
             target_seconds, draft_seconds = self.target.seconds, self.draft.seconds if self.draft is not None else 0.0
         return DecodeOutput(
             tokens=out.tokens,
@@ -281,6 +327,8 @@ class Decoder:
             raise UserError(f"{len(seeds)} seeds for {n} prompts: give one seed, or one per prompt")
         if n == 1:
             return [self.generate(prompts[0], max_new_tokens, seeds[0])]
+        if self.cfg.auto:  # one controller per decoder, priced at batch 1: not wired for lock-step rows (config.py)
+            raise UserError("decoder.auto works at batch size 1 only: set decoder.auto=false to decode batches")
         rows = self.row_decoders(n)
         need = max(map(len, prompts)) + max_new_tokens
         kvs = [BatchKV(self.target, n, need, priority=2)]

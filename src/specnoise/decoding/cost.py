@@ -14,17 +14,21 @@ from specnoise.errors import UserError
 
 
 def measure_forward_costs(kv: Engine, qs: list[int], cache_len: int | None = None, repeats: int = 5,
-                          warmup: int = 2, seed: int = 0, reduce=median, rows: int = 1) -> dict[int, float]:
+                          warmup: int = 2, seed: int = 0, reduce=median, rows: int = 1,
+                          causal: bool = False, clock=time.perf_counter) -> dict[int, float]:
     """Seconds of one ``kv.forward`` of q new tokens for each q: the median over ``repeats`` (``reduce=min``: the
     uncontended cost, steadier on a machine shared with other jobs). See :func:`measure_forward_times`."""
-    times = measure_forward_times(kv, qs, cache_len, repeats, warmup, seed, rows)
+    times = measure_forward_times(kv, qs, cache_len, repeats, warmup, seed, rows, causal, clock)
     return {q: reduce(t) for q, t in times.items()}
 
 
 def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = None, repeats: int = 5,
-                          warmup: int = 2, seed: int = 0, rows: int = 1) -> dict[int, list[float]]:
-    """``repeats`` timings (seconds) of one ``kv.forward`` of q new tokens (a causal block as a 4D mask, every
-    logit row, as a tree verify) for each q.
+                          warmup: int = 2, seed: int = 0, rows: int = 1,
+                          causal: bool = False, clock=time.perf_counter) -> dict[int, list[float]]:
+    """``repeats`` timings (seconds) of one ``kv.forward`` of q new tokens for each q, every logit row: by default a
+    causal block passed as a 4D mask, as a tree verify feeds it; ``causal``: without a mask, as a chain verify feeds
+    it (SDPA's causal path, which on a CPU costs less). ``clock``: wall time by default; ``time.process_time`` times
+    the CPU work alone, which a machine shared with other jobs does not inflate (on the CPU only).
 
     The block goes after the current cache, topped up with random tokens to ``cache_len`` first when given; the
     sizes take turns within each round so a machine's drift spreads over all of them. The cache is cropped back
@@ -48,7 +52,7 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
         base = kv.length
 
         def forward(block, mask):
-            kv.forward(block, tree=mask)
+            kv.forward(block, tree=None if causal else mask)
 
         def back():
             kv.crop(base)
@@ -69,11 +73,11 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
     for r in range(warmup + repeats):
         for q in qs:
             sync(kv.device)
-            t0 = time.perf_counter()
+            t0 = clock()
             forward(tokens[:q], masks[q])
             sync(kv.device)
             if r >= warmup:
-                times[q].append(time.perf_counter() - t0)
+                times[q].append(clock() - t0)
             back()
     kv.crop(start)
     kv.forwards = forwards

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from specnoise.decoding.auto import CHAIN
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.ngram import ahead_noise
 from specnoise.decoding.verifier import Proposal, read_argmax
@@ -27,7 +28,8 @@ class Jacobi(Drafter):
         self.guess = ahead_noise(self.seq, self.cfg.draft_len, self.generator)
 
     def propose(self, room):
-        draft = self.guess[:room]  # a step emits at most len(draft) + 1 tokens
+        # a step emits at most len(draft) + 1 tokens; decoder.auto may verify fewer slots (the rest is refreshed)
+        draft = self.guess[:self.cut(min(room, len(self.guess)), kind=CHAIN)]
         return Proposal(draft, self.chain(draft).shape, after=read_argmax)  # the predictions are the next guesses
 
     def observe(self, v):

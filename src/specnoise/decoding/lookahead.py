@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import torch
 
+from specnoise.decoding.auto import CHAIN, EXPLORE, TREE
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.ngram import NGramPool, ahead_noise
 from specnoise.decoding.verifier import Proposal, Shape, tree_shape
@@ -94,9 +95,12 @@ class Window:
         # while the rows below it fill in, every row ends W columns long
         self.rows = [[-1] + ahead_noise(context, W + N - 3, generator)]
 
-    def propose(self, root: int, device) -> Proposal:
-        """The window and the pool's n-grams for ``root`` as one proposal."""
-        ngrams = self.pool.get(root)
+    def cells(self) -> int:
+        return sum(map(len, self.rows)) - 1  # the window's rows fed after the root
+
+    def propose(self, root: int, device, count: int | None = None) -> Proposal:
+        """The window and the pool's n-grams for ``root`` (the first ``count`` of them) as one proposal."""
+        ngrams = self.pool.get(root)[:count]
         shape, read_last_row = window_shape(tuple(map(len, self.rows)), len(ngrams), self.N - 1, self.faithful, device)
         cells = self.rows[0][1:] + [t for row in self.rows[1:] for t in row]
         return Proposal(cells + [t for g in ngrams for t in g], shape, after=read_last_row)
@@ -119,11 +123,29 @@ class Lookahead(Drafter):
         super().begin(prompt, budget, seed)
         noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
         self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, noise, self.cfg.faithful)
+        self.idle, self.windowed = 0, True  # decoder.auto: plain AR steps since the window last ran
 
     def propose(self, room):
-        return self.window.propose(self.seq[-1], self.target.device)
+        count = None
+        if self.decoder.auto is not None:
+            # the controller cuts whole n-grams (pool order), the window riding along as extra rows. A step that
+            # verifies none is a plain AR step without the window, unless the window is nearly free here (within
+            # 1/EXPLORE of an AR step) or it is every EXPLORE-th such step: the window fills the pool, an investment
+            # the controller cannot price
+            m = self.cfg.N - 2 if self.cfg.faithful else self.cfg.N - 1
+            cells, cost = self.window.cells(), self.decoder.auto.cost
+            n = len(self.window.pool.get(self.seq[-1])) * m
+            parents = [-1 if j % m == 0 else j - 1 for j in range(n)]  # each n-gram a chain off the root
+            count = self.cut(n, extra=cells, cuts=list(range(0, n + 1, max(m, 1))), parents=parents) // max(m, 1)
+            self.idle = 0 if count else self.idle + 1
+            cheap = cost(1 + cells, TREE) <= cost(1, CHAIN) * (1 + 1 / EXPLORE)
+            self.windowed = bool(count) or cheap or self.idle % EXPLORE == 0
+            if not self.windowed:
+                return self.chain([])
+        return self.window.propose(self.seq[-1], self.target.device, count)
 
     def observe(self, v):
         root = self.seq[-1]
         super().observe(v)
-        self.window.advance(root, v.extra)
+        if self.windowed:  # not a plain AR step (decoder.auto)
+            self.window.advance(root, v.extra)

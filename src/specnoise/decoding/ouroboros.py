@@ -24,6 +24,7 @@ from functools import lru_cache, partial
 
 import torch
 
+from specnoise.decoding.auto import TREE
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.kv import Read
 from specnoise.decoding.lookahead import Window
@@ -116,6 +117,7 @@ class Ouroboros(Drafter):
         per decoder and engine, so its per-shape device functions (CUDA graphs on a graph engine) are built once, not
         inside each prompt's timed region."""
         return Verifier(self.draft, self.read, sampling=self.cfg if self.sampled else None, vocab=self.vocab)
+        self.drafted = [0, 0, 0]  # draft lookahead steps, tokens they gave, rows they fed (decoder.auto's draft cost)
 
     def reset_history(self):
         self.pool.clear()
@@ -143,16 +145,27 @@ class Ouroboros(Drafter):
 
     def propose_steps(self, room):
         cfg, M = self.cfg, self.cfg.phrase_len
+        # decoder.auto ranks the drafts, then whole phrases, and may cut both (0: an AR step, no draft forward)
+        want, K = min(cfg.gamma, room), cfg.K if cfg.lengthening else 0
+        parents = [*range(-1, want - 1), *(want - 1 if j % M == 0 else want + j - 1 for j in range(K * M))]
+        k = self.cut(want + K * M, cuts=[*range(want + 1), *(want + M * j for j in range(1, K + 1))], parents=parents)
         # 1. draft; drafts past the budget could never be emitted
-        self.d, self.fed, q = yield from self.make_draft(min(cfg.gamma, room))
+        self.d, self.fed, q = yield from self.make_draft(min(want, k))
         # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
         # (which also keeps their positions inside the context)
         self.key, self.m = self.d[-1] if self.d else self.seq[-1], min(M, room - len(self.d))
-        self.phrases = [g[:self.m] for g in self.pool.newest(self.key, cfg.K)] if cfg.lengthening and self.m > 0 else []
+        K = (k - want) // M if k > want else 0
+        self.phrases = [g[:self.m] for g in self.pool.newest(self.key, K)] if K and self.m > 0 else []
         # 3. one target forward over drafts and phrases (the first step's is the target's prefill)
         shape = phrase_shape(len(self.d), len(self.phrases), self.m, cfg.faithful, self.target.device)
         q = q.to(self.target.device) if q is not None and self.d else None  # sampled drafts: rejection sampling
         return Proposal(self.d + [t for g in self.phrases for t in g], shape, q=q, after=read_argmax)
+
+    def draft_cost(self, stream, k):
+        """k drafted tokens take k / (tokens per lookahead step) draft forwards of the mean block (counted so far)."""
+        steps, tokens, rows = self.drafted
+        per_step, block = (tokens / steps, rows / steps) if steps else (1.0, 1 + self.cfg.W * self.cfg.phrase_len)
+        return min(k, self.cfg.gamma) / per_step * self.decoder.curves["draft"](block, TREE)
 
     def observe(self, v):
         super().observe(v)
@@ -201,6 +214,9 @@ class Ouroboros(Drafter):
             proposal.after, base = self.hooks[shape], self.drawn
             self.drawn += shape.span  # fresh uniforms every step: a redrafted position never reuses a draw
         v = yield from self.drafting.steps(tokens[self.draft.length:], proposal, base=base)
+        self.drafted[0] += 1
+        self.drafted[1] += len(v.tokens)
+        self.drafted[2] += v.shape.last
         self.drafting.commit(v)
         self.window.advance(tokens[-1], v.extra)
         return v.tokens, v.kept[:len(v.tokens)] if self.sampled else None

@@ -7,6 +7,7 @@ and each step verifies the looked-up span in one causal forward. With no match a
 
 from __future__ import annotations
 
+from specnoise.decoding.auto import CHAIN
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.ngram import prompt_lookup
 
@@ -16,4 +17,4 @@ class PLD(Drafter):
 
     def propose(self, room: int):
         draft = prompt_lookup(self.seq, self.cfg.max_ngram_size, self.cfg.num_pred_tokens)[:room] if room else []
-        return self.chain(draft)
+        return self.chain(draft[:self.cut(len(draft), kind=CHAIN)])  # decoder.auto: maybe a shorter prefix

@@ -60,6 +60,9 @@ class REST(Drafter):
         self.hits += 1
         rows = self.store.continuations(n, lo, hi, depth, cfg.matches).tolist()
         tokens, parents = trie(rows, cfg.num_draft)
+        # decoder.auto: the k most frequent prefixes (a prefix of the pick is a tree)
+        k = self.cut(len(tokens), parents=[p - 1 for p in parents])
+        tokens, parents = tokens[:k], parents[:k]
         return Proposal(tokens, trie_shape(tuple(parents), self.target.device))
 
     def after_generation(self):

@@ -20,6 +20,7 @@ the match threshold and draft length are plain config values, not tuned per mode
 
 from __future__ import annotations
 
+from specnoise.decoding.auto import CHAIN
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.corpus import open_datastore
 from specnoise.decoding.token_recycling import TokenRecycling
@@ -107,6 +108,8 @@ class SAM(Drafter):
         if n < cfg.min_match or not draft:
             draft, source = [], "fallback"
         self.steps[source] += 1
+        if source != "fallback":  # decoder.auto: maybe a shorter prefix (the fallback's tree is cut by its own ranks)
+            draft = draft[:self.cut(len(draft), "sam", CHAIN)]
         if self.fallback is None:
             return self.chain(draft)
         return self.fallback.propose(room) if source == "fallback" else self.fallback.recycled(draft)

@@ -15,6 +15,7 @@ from functools import partial
 
 import torch
 
+from specnoise.decoding.auto import CHAIN
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.kv import Engine, Forward
 from specnoise.decoding.sampling import fit_vocab, sample, warp
@@ -102,10 +103,14 @@ class Speculative(Drafter):
         self.gamma = self.cfg.gamma
 
     def propose_steps(self, room):
-        self.n = min(self.gamma, room)  # drafts past the budget could never be emitted
+        # drafts past the budget could never be emitted; decoder.auto may draft fewer, or none (an AR step)
+        self.n = self.cut(min(self.gamma, room), kind=CHAIN)
         drafts, q = yield from draft_tokens(self.draft, self.seq, self.n, self.vocab, self.q_of, self.generator)
         drafts = drafts.to(self.target.device)
         return Proposal(drafts, self.chain(drafts).shape, q=None if q is None else q.to(self.target.device))
+
+    def draft_cost(self, stream, k):
+        return k * self.decoder.curves["draft"](1)  # one one-token draft forward per drafted token
 
     def observe(self, v):
         before = len(self.seq)

@@ -64,7 +64,10 @@ class TokenRecycling(Drafter):
             raise ConfigError(f"decoder.tree={cfg.tree} has {len(self.template)} nodes, more than the model's context "
                               f"of {target.max_length}: pick a smaller tree")
         self.M = torch.zeros(target.vocab_size, cfg.topk, dtype=torch.long, device=target.device)
-        self.plans: dict[int, Plan] = {}  # by the deepest node kept (trees cut at the budget)
+        # by the deepest node kept (trees cut at the budget) and decoder.auto's pick
+        self.plans: dict[tuple[int, tuple[int, ...] | None], Plan | None] = {}
+        index = {node: i for i, node in enumerate(self.template)}
+        self.parents = [index.get(node[:-1], -1) for node in self.template]  # -1: the root
         self.hooks: dict[int, Recycle] = {}  # by block rows
         self.meta = {"tree": cfg.tree, "tree_nodes": len(self.template), "topk": cfg.topk}
 
@@ -87,12 +90,16 @@ class TokenRecycling(Drafter):
         return self.hooks[n]
 
     def plan(self, room: int) -> Plan | None:
-        """The template without nodes deeper than ``room`` (they could never be emitted); None when none is left."""
+        """The template without nodes deeper than ``room`` (they could never be emitted), under ``decoder.auto`` the
+        controller's pick among them; None when none is left."""
         depth = min(room, max(map(len, self.template)))
-        if depth not in self.plans:
-            kept = [node for node in self.template if len(node) <= depth]
-            self.plans[depth] = Plan(kept, self.target.device) if kept else None
-        return self.plans[depth]
+        pick = self.select(self.parents, "token_recycling", [len(node) <= depth for node in self.template])
+        pick = None if pick is None else tuple(pick)
+        if (depth, pick) not in self.plans:
+            kept = [node for i, node in enumerate(self.template)
+                    if (len(node) <= depth if pick is None else i in pick)]
+            self.plans[depth, pick] = Plan(kept, self.target.device) if kept else None
+        return self.plans[depth, pick]
 
     def propose(self, room):
         plan = self.plan(room)

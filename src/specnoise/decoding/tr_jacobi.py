@@ -23,6 +23,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from specnoise.decoding.auto import TREE, Curve
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.cost import interpolate, measure_forward_costs
 from specnoise.decoding.kv import upload
@@ -48,11 +49,15 @@ def retrieve(seq: list[int], n: int, length: int, faithful: bool = False) -> lis
     return seq[n:n + length] if faithful else []
 
 
-def cut(tree: Tree, depth: int) -> Tree:
-    """``tree`` without its nodes deeper than ``depth``. Near the budget they could never be emitted (a step emits
-    the accepted nodes plus one token), and their positions could run past a learned-position model's context.
-    Ancestors are shallower than their descendants, so what is left is still a tree over the same matrix C."""
-    keep = [0] + [i for i, node in enumerate(tree.nodes, start=1) if len(node) <= depth]
+def cut(tree: Tree, depth: int, nodes: tuple[int, ...] | None = None) -> Tree:
+    """``tree`` without its nodes deeper than ``depth`` or, given ``nodes`` (0-based node indices whose ancestors are
+    among them: ``decoder.auto``'s pick), with those nodes only. Near the budget deep nodes could never be emitted (a
+    step emits the accepted nodes plus one token), and their positions could run past a learned-position model's
+    context. Ancestors are shallower than their descendants, so what is left is still a tree over the same matrix C."""
+    if nodes is None:
+        keep = [0] + [i for i, node in enumerate(tree.nodes, start=1) if len(node) <= depth]
+    else:
+        keep = [0] + [i + 1 for i in nodes]
     new = {old: i for i, old in enumerate(keep)}
     idx = torch.tensor(keep, device=tree.mask.device)
     paths = dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths)  # cut paths may repeat
@@ -111,17 +116,24 @@ class TRJacobi(Drafter):
         # probes, and the probes so far (shared by a batch's row drafters: filled in place, never replaced)
         self.fastest: dict[int, dict[int, float]] = {}
         self.probes: dict[int, int] = {}
+        self.curve: Curve | None = None  # at batch 1: the run's cost curve (auto.py)
         self.generations = 0
-        self.tables: dict[int, Tables] = {}  # by the deepest node kept: cut trees for the last steps before the budget
+        # by the deepest node kept (cut trees for the last steps before the budget) and decoder.auto's pick
+        self.tables: dict[tuple[int, tuple[int, ...] | None], Tables] = {}
 
     def tables_for(self, budget: int) -> Tables:
-        """The tables for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut."""
+        """The tables for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut; under
+        ``decoder.auto`` the tree is the controller's pick among the rest (retrieval chain and template alike)."""
         depth = min(budget - 1, self.tree.rows)
-        if depth not in self.tables:
-            tree = self.tree if depth == self.tree.rows else cut(self.tree, depth)
+        pick = None
+        if self.decoder.auto is not None:
+            parents = [p - 1 for p in self.tree.parent[1:]]  # node index of each node's parent, -1 = the root
+            pick = tuple(self.select(parents, allow=[len(node) <= depth for node in self.tree.nodes]))
+        if (depth, pick) not in self.tables:
+            tree = self.tree if depth == self.tree.rows and pick is None else cut(self.tree, depth, pick)
             k = min(self.cfg.topk, self.target.vocab_size)
-            self.tables[depth] = Tables(tree, self.cfg.faithful, k, stats=self.stats is not None)
-        return self.tables[depth]
+            self.tables[depth, pick] = Tables(tree, self.cfg.faithful, k, stats=self.stats is not None)
+        return self.tables[depth, pick]
 
     def candidates_fill(self, seq: list[int], t: Tables, retrieval: bool, filled: int) -> torch.Tensor:
         """What the empty cells of the candidate matrix get this step: the continuation of an earlier occurrence of
@@ -169,18 +181,23 @@ class TRJacobi(Drafter):
 
     def pick_tree(self) -> None:
         """Verify the sub-tree with the most expected accepted tokens per second from now on: per-node acceptance
-        from every step so far, and the cost of a verify forward t(q) on this engine, probed on a grid of sizes
-        over the cache the last generation left (untimed) and interpolated in between; in a batch, the forward of
-        every row's tree together, t(rows x q), which grows faster with q. The first five picks per batch size probe
-        a few rounds each and keep each size's fastest time, so on a busy machine the curve converges on the
+        from every step so far, and the cost of a verify forward t(q) on this engine: at batch 1 the tree-forward
+        curve of ``decoding/auto.py`` (probed once over the first generation's context, cached per machine + model +
+        settings under ``decoder.cost_cache``); in a batch, the forward of every row's tree together, t(rows x q),
+        which grows faster with q: the first five picks per batch size probe a few rounds each over the cache the
+        last generation left and keep each size's fastest time, so on a busy machine the curve converges on the
         uncontended cost instead of following the load."""
         full = len(self.full.nodes) + 1
         grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
         rows = self.decoder.batch  # in a batch the verify forward carries every row's tree: t(rows x q)
         fastest = self.fastest.setdefault(rows, {})
-        if self.probes.get(rows, 0) < 5:  # then the curve has settled; an 8B model's probe costs seconds
+        if rows == 1:  # the run's tree-forward curve (auto.py): probed once over this context, cached per machine
+            if self.curve is None:
+                self.curve = Curve(self.target, len(self.seq), full, self.cfg.cost_cache)
+            fastest.update({q: self.curve(q, TREE) for q in grid})
+        elif self.probes.get(rows, 0) < 5:  # then the curve has settled; an 8B model's probe costs seconds
             self.target.crop(self.target.max_length - full)  # room for the largest probe
-            probed = measure_forward_costs(self.target, grid, cache_len=None if rows == 1 else len(self.seq),
+            probed = measure_forward_costs(self.target, grid, cache_len=len(self.seq),
                                            repeats=3 if fastest else 10, warmup=1, reduce=min, rows=rows)
             fastest.update({q: min(t, fastest.get(q, t)) for q, t in probed.items()})
             self.probes[rows] = self.probes.get(rows, 0) + 1

@@ -1,0 +1,252 @@
+"""Hardware-aware drafting (``decoder.auto=true``): what the decoder's forwards cost here, and one controller that sizes
+every step's proposal from it.
+
+The cost curve. A verify step is one target forward of q tokens; what it costs depends on the machine, the engine,
+the threads, the dtype, the context length, and on the *kind* of forward: a chain is fed as a plain causal block
+(SDPA's causal fast path), a tree with positions and a 4D mask. ``Curve`` times both kinds on the decoder's own
+engine at the run's settings, over a representative context (the first prompt plus half the budget), on a grid of
+sizes, and interpolates in between. The timings are cached in a small JSON file per machine + model + settings
+(``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe once and a second run reuses it.
+
+The controller. Every drafter lists its candidates as a tree (parents first; a chain is a tree) and asks which to
+propose: ``Drafter.cut(n)`` for a prefix of its own order (a chain by depth, REST's trie by frequency, Lookahead's
+n-grams, Ouroboros' drafts then phrases), ``Drafter.select(parents)`` for a template whose nodes keep their identity
+from step to step (TR-Jacobi's, Token Recycling's and SAM's fallback trees): there the controller ranks the nodes
+itself. An empty pick is a plain AR step with no draft work at all. Per stream of candidates (a drafter may have
+two: SAM's matched chain and its tree fallback) and per node, it keeps how often the node was accepted when its
+parent's path was, p(node) = p(parent) x that rate, and verifies the k nodes (or the prefix of k) that maximise
+expected accepted tokens per second,
+
+    (1 + p_1 + ... + p_k) / (t(1 + extra + k) + draft_cost(k)),
+
+with t the target curve (``extra``: rows fed beside the tree, Lookahead's window) and ``draft_cost`` what drafting
+k tokens costs a draft model. Statistics are kept across prompts (the benchmark's warm-up teaches them) with
+exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they follow the current text. A node
+never tried looks as good as its parent (optimism: the pick grows until it learns better), and every
+``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed.
+
+A cost function is all the controller takes: the batched path can pass t(B x q) for B rows verified together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from specnoise.decoding.cost import interpolate, measure_forward_costs
+
+log = logging.getLogger("specnoise")
+
+CHAIN, TREE = "chain", "tree"  # a causal block without a mask; a block with positions and a 4D mask
+GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
+FORGET = 0.98  # weight of the past per observation of a rank
+EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
+REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP
+
+
+# ---------------------------------------------------------------------------------------------- the cost curve
+def machine_key(engine, context: int) -> dict:
+    """What a forward's cost depends on, besides q and its kind: the run's machine, model and settings."""
+    model = engine.model
+    return {
+        "host": platform.node(), "machine": platform.machine(), "processor": platform.processor(),
+        "cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "device": str(engine.device), "dtype": str(engine.dtype).removeprefix("torch."),
+        "model": getattr(model.config, "_name_or_path", "") or model.config.model_type,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
+        "engine": type(engine).__name__, "compiled": bool(getattr(engine, "compiled", False)), "context": context,
+    }
+
+
+class Curve:
+    """t(q, kind) in seconds on ``engine`` over a cache of ``context`` tokens (the engine's own cache, topped up with
+    random tokens): measured for the sizes a run needs (at least up to ``largest``), read from / written to
+    ``cache_dir`` when given (a path ending in .json: that one file, whatever the machine and settings, so a committed
+curve makes a run's choices reproducible anywhere). The probe leaves the engine as it found it."""
+
+    def __init__(self, engine, context: int, largest: int, cache_dir: str | None):
+        context = min(context, engine.max_length - largest - 1)
+        self.key = machine_key(engine, max(context, 0))
+        digest = hashlib.sha1(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:16]
+        self.path = Path(cache_dir) / f"forward-cost-{digest}.json" if cache_dir else None
+        if cache_dir and cache_dir.endswith(".json"):  # a pinned curve: this file whatever the machine (reproducible)
+            self.path = Path(cache_dir)
+        self.times: dict[str, dict[int, float]] = {CHAIN: {}, TREE: {}}
+        if self.path is not None and self.path.exists():
+            saved = json.loads(self.path.read_text())
+            self.times = {kind: {int(q): t for q, t in saved["seconds"][kind].items()} for kind in (CHAIN, TREE)}
+        self.cached = bool(self.times[CHAIN])
+        self.ensure(engine, largest)
+
+    def ensure(self, engine, largest: int) -> None:
+        """Probe the grid sizes up to ``largest`` that are not measured yet (both kinds), and save."""
+        qs = [q for q in GRID if q <= largest] + ([largest] if largest not in GRID else [])
+        todo = sorted({q for q in qs if q not in self.times[CHAIN]} | {1, 2})
+        todo = [q for q in todo if q not in self.times[CHAIN] or q not in self.times[TREE]]
+        if not todo:
+            return
+        # on the CPU the process's CPU time: what a forward costs, which other jobs on the machine do not inflate
+        # (they do inflate wall time, the more the longer the forward); on a GPU wall time, synchronised
+        clock = time.process_time if engine.device.type == "cpu" else time.perf_counter
+        saved = engine.clock.host, list(engine.clock.events)  # the probe leaves the engine as found
+        for kind in (CHAIN, TREE):
+            got = measure_forward_costs(engine, todo, cache_len=self.key["context"], repeats=REPEATS,
+                                        warmup=WARMUP, reduce=min, causal=kind == CHAIN, clock=clock)
+            self.times[kind].update(got)
+        engine.clock.host, engine.clock.events = saved
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"key": self.key, "seconds": self.times}, indent=1, sort_keys=True))
+            tmp.replace(self.path)  # atomic: a reader never sees half a file
+        self.fits = None
+
+    def __call__(self, q: float, kind: str = CHAIN) -> float:
+        if getattr(self, "fits", None) is None:
+            self.fits = {k: interpolate(v) for k, v in self.times.items()}
+        return self.fits[CHAIN if q <= 1 else kind](q)
+
+    def ratios(self, kind: str) -> dict[int, float]:
+        """t(q) / t(1) at the measured sizes (results.json meta)."""
+        return {q: round(t / self.times[CHAIN][1], 3) for q, t in sorted(self.times[kind].items())}
+
+    def describe(self) -> dict:
+        return {"cache_file": str(self.path) if self.path else None, "from_cache": self.cached,
+                "context": self.key["context"], "threads": self.key["threads"], "engine": self.key["engine"],
+                "t1_ms": round(self.times[CHAIN][1] * 1e3, 3),
+                "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE)}
+
+
+# ---------------------------------------------------------------------------------------------- the controller
+def chain_parents(n: int) -> list[int]:
+    return list(range(-1, n - 1))  # node i's parent is node i - 1, node 0's the root (-1)
+
+
+class Nodes:
+    """One stream of candidates: per node index, the forgetting sums of trials (its parent's path was accepted, or
+    it hangs off the root) and hits (it was accepted too)."""
+
+    def __init__(self):
+        self.trials: list[float] = []
+        self.hits: list[float] = []
+        self.steps = 0
+
+    def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
+        """Each node's chance that its whole path is accepted: its parent's times its own conditional rate
+        (hits + 1) / (trials + 1), optimistic for a node never tried (it looks as good as its parent). Nodes not
+        allowed (and so their descendants) get -1. Parents come before their children."""
+        out: list[float] = []
+        for i, parent in enumerate(parents):
+            t, h = (self.trials[i], self.hits[i]) if i < len(self.trials) else (0.0, 0.0)
+            above = 1.0 if parent < 0 else out[parent]
+            out.append(-1.0 if above < 0 or (allow is not None and not allow[i]) else above * (h + 1) / (t + 1))
+        return out
+
+    def observe(self, parents: list[int], proposed: list[int], accepted: set[int]) -> None:
+        """Nodes ``proposed`` were verified, nodes ``accepted`` were on the accepted path (indices into ``parents``).
+        Under greedy decoding (and the per-position draw) at most one child of a node can be right, so the accepted
+        path holds every node that was right with its whole path: a tried node is right iff it is on the path."""
+        grow = max(proposed, default=-1) + 1 - len(self.trials)
+        if grow > 0:
+            self.trials += [0.0] * grow
+            self.hits += [0.0] * grow
+        for i in proposed:
+            if parents[i] < 0 or parents[i] in accepted:
+                self.trials[i] = self.trials[i] * FORGET + 1
+                self.hits[i] = self.hits[i] * FORGET + (i in accepted)
+
+
+class Controller:
+    """Chooses each step's proposal (see the module docstring). ``cost(q, kind)``: seconds of a target forward of q
+    tokens; ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens."""
+
+    def __init__(self, cost: Callable[[float, str], float],
+                 draft_cost: Callable[[str, int], float] | None = None):
+        self.cost, self.draft_cost = cost, draft_cost
+        self.streams: dict[str, Nodes] = {}
+        self.asked: tuple[Nodes, list[int], list[int]] | None = None  # this step's stream, parents, kept nodes
+        self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
+
+    def begin(self) -> None:
+        self.sizes = []
+        self.asked = None
+
+    def rate(self, stream: str, k: int, gain: float, kind: str, extra: int) -> float:
+        spend = self.cost(1 + extra + k, kind) + (self.draft_cost(stream, k) if self.draft_cost and k else 0.0)
+        return gain / spend
+
+    def choose(self, stream: str, parents: list[int], kind: str, extra: int, cuts: list[int] | None,
+               allow: list[bool] | None) -> list[int]:
+        """The kept nodes (ascending). ``cuts``: prefixes of the given order only, of these sizes; else the k nodes of
+        highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
+        nodes = self.streams.setdefault(stream, Nodes())
+        p = nodes.p(parents, allow)
+        if cuts is None:
+            order = sorted((i for i in range(len(p)) if p[i] >= 0), key=lambda i: -p[i])  # stable: ties keep order
+            sizes = range(len(order) + 1)
+        else:
+            order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
+        best, best_rate, gain, done = 0, 1.0 / self.cost(1, CHAIN), 1.0, 0
+        for k in sizes:
+            if k == 0:
+                continue
+            gain += sum(max(p[i], 0.0) for i in order[done:k])
+            done = k
+            if self.rate(stream, k, gain, kind, extra) > best_rate:
+                best, best_rate = k, self.rate(stream, k, gain, kind, extra)
+        nodes.steps += 1
+        if nodes.steps % EXPLORE == 0:  # look past the best cut now and then
+            sizes = list(sizes)
+            best = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
+        keep = sorted(order[:best])
+        self.asked = (nodes, parents, keep) if keep else None
+        self.sizes.append((stream, len(keep)))
+        return keep
+
+    def size(self, stream: str, n: int, kind: str = TREE, extra: int = 0, cuts: list[int] | None = None,
+             parents: list[int] | None = None) -> int:
+        """How many of ``n`` candidates to verify, a prefix of their order: a size in ``cuts`` (default 0..n)
+        maximising expected accepted tokens per second. ``parents``: the candidates' tree (default a chain)."""
+        if n <= 0:
+            self.asked = None
+            return 0
+        cuts = list(range(n + 1)) if cuts is None else cuts
+        return len(self.choose(stream, parents or chain_parents(n), kind, extra, cuts, None))
+
+    def select(self, stream: str, parents: list[int], kind: str = TREE, extra: int = 0,
+               allow: list[bool] | None = None) -> list[int]:
+        """Which nodes of a tree whose nodes keep their identity from step to step (a template) to verify: the k
+        most likely ones (``allow``: those that may be chosen), for the best k."""
+        if not parents:
+            self.asked = None
+            return []
+        return self.choose(stream, parents, kind, extra, None, allow)
+
+    def observe(self, v) -> None:
+        """The verdict of the step that asked: tree input i is kept node ``keep[i - 1]``."""
+        if self.asked is None:
+            return
+        nodes, parents, keep = self.asked
+        self.asked = None
+        proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
+        nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
+
+    def describe(self) -> dict:
+        """What a run records: per stream, the mean chosen size, the last generation's sizes, the first nodes' p."""
+        out = {}
+        for stream, nodes in self.streams.items():
+            chosen = [k for s, k in self.sizes if s == stream]
+            rates = [round((h + 1) / (t + 1), 3) for h, t in zip(nodes.hits[:16], nodes.trials[:16])]
+            out[stream] = {"mean_size": round(sum(chosen) / len(chosen), 3) if chosen else None,
+                           "zero_share": round(chosen.count(0) / len(chosen), 3) if chosen else None,
+                           "sizes": chosen[:256], "conditional_rates": rates}
+        return out

@@ -1,0 +1,241 @@
+"""decoder.auto (decoding/auto.py): the controller's choice, lossless cuts for every drafter on both engines and two
+families, the target distribution kept under sampling, and the cost curve cached per machine + model + settings.
+
+The controller is driven here by fixed cost curves, so what it must choose is known whatever the machine: a flat
+curve (a forward costs the same for any q) proposes every candidate, even one whose estimated chance is ~0, i.e.
+the faithful sizes and forward counts; a steep one (t(q) = q) never pays for a draft, so every step but the
+controller's exploration is a plain AR step; a moderate one mixes sizes, the case the lossless tests need."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from conftest import prompts
+from helpers_decoding import PROMPT, TV_MAX, V, ar, schema, tiny_pair, tv
+from specnoise.config import DECODER_SCHEMAS, ConfigError, UserError
+from specnoise.decoding import auto
+from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Controller, Curve, Nodes, chain_parents
+from specnoise.decoding.base import build_decoder
+from specnoise.decoding.kv import DynamicEngine
+
+DRAFTERS = ["jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam", "rest", "speculative", "ouroboros"]
+NEW_TOKENS = 40
+PROMPTS = prompts(3, seed=1)
+CURVES = {
+    "flat": lambda q, kind=CHAIN: 1.0 - 1e-9 * q,  # never dearer for more tokens (a hair cheaper: ties go larger)
+    "steep": lambda q, kind=CHAIN: float(q),
+    "moderate": lambda q, kind=CHAIN: 1.0 + (0.06 if kind == TREE else 0.04) * (q - 1),
+}
+
+
+def with_curve(decoder, name: str):
+    """``decoder`` with its controller on a fixed cost curve (and a draft model that costs nothing, but at the
+    steep curve: then drafting costs what verifying does)."""
+    cost = CURVES[name]
+    decoder.curves = {"draft": cost if name == "steep" else lambda q, kind=CHAIN: 0.0}
+    decoder.auto = Controller(cost, decoder.drafter.draft_cost)
+    return decoder
+
+
+def build(name, target, draft, curve="moderate", **options):
+    return with_curve(build_decoder(schema(name, auto=True, **options), target, draft), curve)
+
+
+def static(loaded):
+    return dataclasses.replace(loaded, static_cache=True, engines={})
+
+
+# ------------------------------------------------------------------------------------------ the controller
+def test_the_controller_picks_the_most_tokens_per_second():
+    chain = chain_parents(3)
+    nodes = Nodes()
+    for i in range(200):  # depth 1 always accepted, depth 2 a third of the time, depth 3 never
+        nodes.observe(chain, [0, 1, 2], {0, 1} if i % 3 == 0 else {0})
+    # p ~ 1, 1/3, 0: rates k=0 1/1, k=1 2/1.5 = 1.33, k=2 2.33/2 = 1.17, k=3 2.33/2.5
+    for slope, want in ((0.5, 1), (0.1, 2), (1.0, 0)):  # at t(q) = q nothing beats an AR step
+        controller = Controller(lambda q, kind=CHAIN, s=slope: 1.0 + s * (q - 1))
+        controller.streams["s"] = nodes
+        assert controller.size("s", 3) == want, slope
+    controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1))
+    controller.streams["s"] = nodes
+    assert controller.size("s", 3, cuts=[0, 2]) == 2 and controller.size("s", 0) == 0
+
+
+def test_a_template_pick_is_the_likeliest_nodes_and_stays_a_tree():
+    parents = [-1, -1, 0, 0, 2]  # root -> 0, 1; 0 -> 2, 3; 2 -> 4
+    nodes = Nodes()
+    for i in range(300):  # node 1 wins 3 steps in 4, else the path 0 -> 2 -> 4
+        nodes.observe(parents, [0, 1, 2, 3, 4], {1} if i % 4 else {0, 2, 4})
+    controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1))
+    controller.streams["t"] = nodes
+    pick = controller.select("t", parents)
+    assert pick[0] in (0, 1) and all(parents[i] < 0 or parents[i] in pick for i in pick)
+    assert 1 in pick and 3 not in pick  # node 3 never wins
+    without = controller.select("t", parents, allow=[True, False, True, True, True])
+    assert 1 not in without and all(parents[i] < 0 or parents[i] in without for i in without)
+
+
+def test_untried_nodes_look_like_their_parent_and_exploration_looks_past_the_pick():
+    nodes = Nodes()
+    assert nodes.p(chain_parents(3)) == [1.0, 1.0, 1.0]  # optimism: nothing seen yet
+    for _ in range(50):
+        nodes.observe(chain_parents(1), [0], set())  # depth 1 proposed, never accepted
+    p = nodes.p(chain_parents(3))
+    assert p[0] < 0.05 and p[1] == pytest.approx(p[0]) and p[2] == pytest.approx(p[0])
+    controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1))
+    controller.streams["s"] = nodes
+    sizes = [controller.size("s", 8) for _ in range(3 * EXPLORE)]
+    assert sizes.count(0) == 3 * EXPLORE - 3 and sorted(set(sizes)) == [0, auto.PROBE]
+
+
+def test_auto_is_one_key_on_every_decoder():
+    for name, schema_class in DECODER_SCHEMAS.items():
+        assert schema_class(auto=True).auto is True, name
+    with pytest.raises(ConfigError, match="decoder.tree"):
+        DECODER_SCHEMAS["tr_jacobi"](auto=True, tree="auto")
+
+
+# ------------------------------------------------------------------------------------------ exactness
+@pytest.mark.parametrize("curve", ["moderate", "steep"])
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_auto_stays_lossless(name, curve, target, draft):
+    decoder = build(name, target, draft, curve)
+    for prompt in PROMPTS:
+        out = decoder.generate(prompt, NEW_TOKENS)
+        assert out.tokens == ar(target, prompt, NEW_TOKENS), f"{name} auto ({curve} curve) diverges from AR"
+        assert sum(out.accepted) == len(out.tokens)
+    assert "streams" in decoder.meta["auto"]
+
+
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_auto_stays_lossless_on_the_static_engine(name, target, draft):
+    decoder = build(name, static(target), static(draft))
+    for prompt in PROMPTS:
+        assert decoder.generate(prompt, NEW_TOKENS).tokens == ar(target, prompt, NEW_TOKENS)
+
+
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_a_flat_curve_keeps_the_faithful_sizes(name, target, draft):
+    """Extra candidates cost nothing: every step proposes all of them, the faithful decoder's very forwards."""
+    faithful = build_decoder(schema(name), target, draft)
+    auto_on = build(name, target, draft, "flat")
+    for prompt in PROMPTS:
+        assert auto_on.generate(prompt, NEW_TOKENS).accepted == faithful.generate(prompt, NEW_TOKENS).accepted
+
+
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_a_steep_curve_makes_plain_ar_steps(name, target, draft):
+    """t(q) = q: no draft can pay, so apart from the exploration steps every step is an AR step (size 0)."""
+    decoder = build(name, target, draft, "steep")
+    out = decoder.generate(PROMPTS[0], NEW_TOKENS)
+    sizes = [k for _, k in decoder.auto.sizes]
+    assert sum(k > 0 for k in sizes) <= math.ceil(len(out.accepted) / EXPLORE)
+    if name != "lookahead":  # its window, run on exploration steps too, is fed beside an empty tree
+        assert sum(a > 1 for a in out.accepted) <= math.ceil(len(out.accepted) / EXPLORE)
+
+
+# ------------------------------------------------------------------------------------------ sampling
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_auto_samples_the_target_distribution(name):
+    from test_sampling_decoders import OPTIONS, exact_marginals, sampled
+
+    target, drafter = tiny_pair()
+    target = dataclasses.replace(target, eos_ids=frozenset())
+    cfg = schema(name, vocab=V, auto=True, **OPTIONS)
+    exact = exact_marginals(target, cfg)
+    got = sampled(with_curve(build_decoder(cfg, target, drafter), "moderate"))
+    for j in range(3):
+        assert tv(got[j], exact[j]) < TV_MAX, f"{name} auto: token {j + 1} off the target distribution"
+    assert PROMPT
+
+
+# ------------------------------------------------------------------------------------------ the cost curve
+def test_the_curve_is_measured_once_then_read_from_its_cache(target, tmp_path, monkeypatch):
+    kv = DynamicEngine(target.model)
+    first = Curve(kv, context=20, largest=6, cache_dir=str(tmp_path))
+    assert not first.cached and first.path.exists() and sorted(first.times[CHAIN]) == [1, 2, 3, 4, 5, 6]
+    assert sorted(first.times[TREE]) == [1, 2, 3, 4, 5, 6] and kv.length == 0 and kv.forwards == 0
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("a cached curve must not be probed again")
+
+    monkeypatch.setattr(auto, "measure_forward_costs", no_probe)
+    again = Curve(kv, context=20, largest=6, cache_dir=str(tmp_path))
+    assert again.cached and again.times == first.times and again(3, TREE) == first(3, TREE)
+    assert again.describe()["cache_file"] == str(first.path)
+    other = tmp_path / "other"  # another context is another key: probed (here: refused) again
+    with pytest.raises(AssertionError, match="probed again"):
+        Curve(kv, context=60, largest=6, cache_dir=str(tmp_path))
+    assert not other.exists()
+
+
+def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_path):
+    decoder = build_decoder(schema("pld", auto=True, cost_cache=str(tmp_path)), target, draft)
+    prompt = PROMPTS[0]
+    assert decoder.generate(prompt, 12).tokens == ar(target, prompt, 12)
+    meta = decoder.meta["auto"]
+    assert meta["cache_file"].startswith(str(tmp_path)) and meta["context"] == len(prompt) + 6
+    assert meta["chain_ratio"][1] == 1.0 and "pld" in meta["streams"]
+
+
+# ------------------------------------------------------------------------------------------ the curve tells the truth
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["jacobi", "tr_jacobi", "pld"])
+def test_the_curve_prices_a_runs_forwards_within_15_percent(name, tmp_path):
+    """On the shipped small-code-msn at one thread: every target forward a generation ran (its size and kind), priced
+    by the run's own curve, adds up to the measured target_seconds within 15% (a quiet machine; not a default test:
+    it asserts on timings)."""
+    import torch
+
+    from specnoise.bench.bound import forward_log, price
+    from specnoise.config import ASSETS_DIR, ModelConfig
+    from specnoise.models import load_model
+
+    path = ASSETS_DIR / "models" / "small-code-msn"
+    if not (path / "config.json").is_file():
+        pytest.skip("the shipped small-code-msn is not in src/specnoise/assets")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        target = load_model(ModelConfig(name="small-code-msn", path=str(path)))
+        decoder = build_decoder(DECODER_SCHEMAS[name](auto=True, cost_cache=str(tmp_path)), target)
+        tok = target.tokenizer
+        texts = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+                 "def is_palindrome(s: str) -> bool:\n    \"\"\"Check whether s reads the same backwards.\"\"\"\n",
+                 "def sort_by_length(words):\n    \"\"\"Sort words by length, shortest first.\"\"\"\n"]
+        prompts_ = [tok(t)["input_ids"] for t in texts]
+        decoder.generate(prompts_[0], 64)  # probes the curve (untimed) and warms up
+        predicted = measured = 0.0
+        for prompt in prompts_:
+            out, fed = forward_log(decoder, target.model, prompt, 64)
+            predicted += price(fed, decoder.curves["target"])
+            measured += out.target_seconds
+    finally:
+        torch.set_num_threads(threads)
+    assert abs(predicted / measured - 1) < 0.15, f"{name}: curve {predicted:.3f}s, measured {measured:.3f}s"
+
+
+def test_auto_at_batch_size_above_one_is_refused_before_loading():
+    """One controller priced at batch 1 cannot size lock-step rows: refused with what to change, not run faithful."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from specnoise.config import config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        ok = compose("config", overrides=["decoder=pld", "decoder.auto=true", "benchmark=humaneval"])
+        bad = compose("config", overrides=["decoder=pld", "decoder.auto=true", "benchmark=humaneval",
+                                           "benchmark.batch_size=4"])
+    assert OmegaConf.to_object(ok).decoder.auto
+    with pytest.raises(ConfigError, match="decoder.auto.*batch_size=1 only"):
+        OmegaConf.to_object(bad)
+
+
+def test_generate_batch_refuses_auto(target, draft, tmp_path):
+    decoder = build_decoder(schema("pld", auto=True, cost_cache=str(tmp_path)), target, draft)
+    with pytest.raises(UserError, match="batch size 1 only"):
+        decoder.generate_batch([PROMPTS[0], PROMPTS[1]], 4)
+    assert not list(tmp_path.iterdir())  # refused before any curve was probed
