@@ -314,7 +314,7 @@ def test_batched_wrap_up_says_each_stage_and_times_no_probe_it_discards(models, 
     def no_timing(*args, **kwargs):
         raise AssertionError("t(q) timed at batch 1 for a batched job: its rows could not use it")
 
-    monkeypatch.setattr(bound, "forward_costs", no_timing)
+    monkeypatch.setattr(bound, "Curve", no_timing)  # the curve a batch-1 bound would probe
     with caplog.at_level("INFO", logger="specnoise"):
         results, _ = run(models, prompt_file, tmp_path, "decoder=pld", "benchmark.batch_size=2", "benchmark.limit=2",
                          "benchmark.cost_bound=true")

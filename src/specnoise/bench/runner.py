@@ -466,8 +466,9 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
 def sampled_drafts(conf: Config, name: str) -> bool:
     """Whether decoder ``name`` of this job samples its drafts (rejection sampling; the peers and AR never do)."""
     drafter = None if name in ("ar", REFERENCE) else decoder_class(name).drafter_class
-    cfg = conf.decoder if name == conf.decoder.name else DECODER_SCHEMAS[name]()
-    return drafter is not None and drafter.draws_drafts(cfg)
+    if drafter is None:
+        return False
+    return drafter.draws_drafts(conf.decoder if name == conf.decoder.name else DECODER_SCHEMAS[name]())
 
 
 def summary_rows(m: Measured) -> list[dict]:

@@ -110,6 +110,7 @@ class Ouroboros(Drafter):
         self.sampled = self.cfg.sampled_drafts and self.cfg.temperature > 0
         self.hooks: dict = {}  # one KeepDraws per window shape: the verifier keeps one device function per hook
         self.drafting = self.draft_verifier()
+        self.drafted = [0, 0, 0]  # draft lookahead steps, tokens they gave, rows they fed (decoder.auto's draft cost)
 
     def draft_verifier(self) -> Verifier:
         """The draft's lookahead steps, in the target's vocabulary, on the decoder's draft engine: greedy, or with
@@ -117,7 +118,6 @@ class Ouroboros(Drafter):
         per decoder and engine, so its per-shape device functions (CUDA graphs on a graph engine) are built once, not
         inside each prompt's timed region."""
         return Verifier(self.draft, self.read, sampling=self.cfg if self.sampled else None, vocab=self.vocab)
-        self.drafted = [0, 0, 0]  # draft lookahead steps, tokens they gave, rows they fed (decoder.auto's draft cost)
 
     def reset_history(self):
         self.pool.clear()
