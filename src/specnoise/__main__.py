@@ -132,7 +132,7 @@ def main(cfg: DictConfig) -> dict | float | None:
     # accelerate's other ranks share rank 0's directory (training agrees on it), so only rank 0 locks it; `entry`
     # may hold it already
     held = _state["locked"] is not None and Path(_state["locked"]).resolve() == run_dir.resolve()
-    lock = RunLock(run_dir) if os.environ.get("RANK", "0") == "0" and not held else contextlib.nullcontext()
+    lock = RunLock(run_dir) if rank() == 0 and not held else contextlib.nullcontext()
     try:
         with lock:
             (run_dir / "FAILED.json").unlink(missing_ok=True)  # an earlier attempt's failure; this one decides
@@ -189,7 +189,7 @@ def entry() -> None:
     fresh = run_dir is not None and not run_dir.exists()  # created here: removed again if no job gets to use it
     try:
         lock: contextlib.AbstractContextManager = contextlib.nullcontext()
-        if run_dir is not None and os.environ.get("RANK", "0") == "0":
+        if run_dir is not None and rank() == 0:
             writable(run_dir)
             lock = RunLock(run_dir)
             _state["locked"] = str(run_dir)
