@@ -13,6 +13,11 @@ A miniature of 20 minutes or more (one that trains models first) is also marked 
 A ``# check: skip REASON`` line leaves a folder out (with its reason). Comment lines ``# env: NAME=VALUE`` set
 environment variables for the re-run (``OMP_NUM_THREADS=1`` for a miniature that trains: fp32 training on the CPU
 reproduces token for token only with the thread count it ran with).
+
+A study that counts what the runner does not record is a short script over the library instead of a
+``python -m specnoise`` command: a ``# script: PATH`` line (relative to the repository) runs ``python PATH ARGS``, and
+its printed table must equal the folder's ``# output: FILE`` (default ``result.md``) exactly - such a script prints
+exact counts only.
 """
 
 from __future__ import annotations
@@ -56,6 +61,14 @@ def param(path: Path):
     return pytest.param(path, marks=marks, id=str(path.parent.relative_to(REPO / "experiments")))
 
 
+def command_script(path: Path) -> tuple[Path, str] | None:
+    """The ``# script: PATH`` a folder re-runs instead of the entry point, with its ``# output: FILE``, or None."""
+    text = path.read_text()
+    script = re.search(r"^#\s*script:\s*(\S+)", text, flags=re.MULTILINE)
+    output = re.search(r"^#\s*output:\s*(\S+)", text, flags=re.MULTILINE)
+    return (REPO / script.group(1), output.group(1) if output else "result.md") if script else None
+
+
 def command_args(path: Path) -> list[str]:
     lines = [line for line in path.read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
     return shlex.split(" ".join(lines))
@@ -89,6 +102,13 @@ def test_check_minutes_marks_long_reruns(tmp_path):
     assert [check_minutes(p) for p in (quick, long, none)] == [3.0, 95.0, None]
     assert command_args(quick) == ["+experiment=x", "logger=none"]
     assert command_env(quick) == {"OMP_NUM_THREADS": "1"} and command_env(long) == {}
+    assert command_script(quick) is None
+    script = tmp_path / "script.txt"
+    script.write_text("# script: experiments/x/count.py\n# check-minutes: 2\nbenchmark.limit=3\n")
+    assert command_script(script) == (REPO / "experiments/x/count.py", "result.md")
+    assert command_args(script) == ["benchmark.limit=3"]
+    scripts = [(p, command_script(p)) for p in COMMANDS if command_script(p)]
+    assert all(s.is_file() and (p.parent / out).is_file() for p, (s, out) in scripts)  # what the slow check re-runs
     long_ones = [p for p in COMMANDS if any(m.name == "long" for m in param(p).marks)]
     assert all(check_minutes(p) >= LONG_MINUTES for p in long_ones)
 
@@ -110,6 +130,15 @@ def test_committed_miniature_reproduces(command: Path, tmp_path: Path):
     env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
                **command_env(command))
+    script = command_script(command)
+    if script:  # a study that prints exact counts: its table, re-printed, must equal the committed one
+        path, output = script
+        proc = subprocess.run([sys.executable, str(path), *command_args(command)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=max(3600, 3 * 60 * (check_minutes(command) or 0)))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        committed = (command.parent / output).read_text().strip()
+        assert proc.stdout.strip() == committed, f"{command.parent} does not reproduce:\n{proc.stdout}\nvs\n{committed}"
+        return
     args = command_args(command) + [f"hydra.sweep.dir={tmp_path / 'sweep'}", f"hydra.run.dir={tmp_path / 'run'}"]
     proc = subprocess.run([sys.executable, "-m", "specnoise", *args], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=max(3600, 3 * 60 * (check_minutes(command) or 0)))

@@ -38,12 +38,12 @@ def count(overrides: list[str]) -> dict:
     setup = set_up(conf, None)
     decoder = setup.decoders["speculative"]
     drafter, gamma = decoder.drafter, conf.decoder.gamma
-    propose, observe = drafter.propose, drafter.observe
+    propose_steps, observe = drafter.propose_steps, drafter.observe
     steps: list[tuple[int, int]] = []  # (A, #Match) per full-length step
     drafted = {}
 
-    def propose_reading_argmax(room):
-        proposal = propose(room)
+    def propose_reading_argmax(room):  # a generator, as the drafter's: it yields the draft model's forwards
+        proposal = yield from propose_steps(room)
         proposal.after = read_argmax  # the target's argmax at every block row comes back with the verdict
         drafted["d"] = proposal.tokens
         return proposal
@@ -55,7 +55,7 @@ def count(overrides: list[str]) -> dict:
             steps.append((min(v.accepted, gamma), sum(d[i] == y[i] for i in range(gamma))))
         observe(v)
 
-    drafter.propose, drafter.observe = propose_reading_argmax, observe_counting
+    drafter.propose_steps, drafter.observe = propose_reading_argmax, observe_counting
     for sample in setup.samples:
         decoder.generate(setup.encode(sample, []), setup.budget)
     n = max(len(steps), 1)
