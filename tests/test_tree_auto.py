@@ -146,3 +146,22 @@ def test_runner_records_the_picked_tree(tmp_path):
     assert picked["tree"] == f"auto({AUTO_TEMPLATE})" and 1 <= picked["tree_nodes"] <= 68
     assert picked["observed_steps"] > 0 and picked["cost_ratio"]["1"] == 1.0
     assert all(r["lossless_fraction"] == 1.0 for r in results["rows"])
+
+
+@pytest.mark.parametrize("node", [5, 12, 32, 40])
+def test_a_cut_to_one_branch_keeps_root_to_leaf_paths(node):
+    """decoder.auto may keep one branch of the template (one node under the root, a chain): the cut tree's paths are
+    its root-to-leaf paths only, so the verifier's chain path (its first) runs through the kept node, not the
+    root alone left over from the branches cut away (that path compacted the wrong KV slot: tokens diverged)."""
+    from specnoise.decoding.tr_jacobi import cut
+    from specnoise.decoding.verifier import tree_shape
+
+    tree = build_tree(AUTO_TEMPLATE, 10, 5)
+    keep, i = [node], node
+    while tree.parent[i + 1] > 0:  # the node's ancestors too (node indices are 0-based, tree inputs 1-based)
+        i = tree.parent[i + 1] - 1
+        keep.insert(0, i)
+    small = cut(tree, tree.rows, tuple(keep))
+    shape = tree_shape(small.parent[1:], small.paths)
+    assert small.paths == [list(range(len(keep) + 1))] and shape.causal
+    assert shape.path[0].tolist() == list(range(len(keep) + 1))

@@ -706,11 +706,6 @@ class Config:
                   f"{name} is greedy-only but shares decoder={self.decoder.name}'s sampling keys (temperature="
                   f"{self.decoder.temperature}, top_p={self.decoder.top_p}, top_k={self.decoder.top_k}): drop it "
                   f"or keep to decoders that sample ({', '.join(sampling_decoders())})")
-        # decoder.auto sizes each step from one controller's statistics and a batch-1 cost curve; at B > 1 rows
-        # interleave in lock-step and a step costs t(B x q): not wired yet, so refused rather than silently faithful
-        check(not (self.decoder.auto and self.benchmark.batch_size > 1), "decoder.auto",
-              f"works at benchmark.batch_size=1 only (got {self.benchmark.batch_size}): set decoder.auto=false for "
-              "batches (TR-Jacobi's decoder.tree=auto prices its tree at t(B x q)), or benchmark.batch_size=1")
         budget = self.decoder.max_new_tokens
         check(budget is None or self.benchmark.name == "none" or budget == self.benchmark.max_new_tokens,
               "decoder.max_new_tokens", f"got {budget} but benchmark.max_new_tokens={self.benchmark.max_new_tokens}: "

@@ -25,7 +25,10 @@ exponential forgetting (weight 0.98 per observation, a half-life of ~35), so the
 never tried looks as good as its parent (optimism: the pick grows until it learns better), and every
 ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed.
 
-A cost function is all the controller takes: the batched path can pass t(B x q) for B rows verified together.
+A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
+controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
+forward: B rows of q tokens each cost about what one forward of B x q tokens costs, so a row's share is t(B x q) / B.
+An AR step is cheaper per row in a batch (t(B) / B), so drafting must beat batched AR, not AR at batch 1.
 """
 
 from __future__ import annotations
@@ -126,6 +129,21 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
                 "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE)}
 
 
+class Batched:
+    """A row's share of a lock-step forward over ``rows`` rows: ``curve`` priced at rows x q tokens, over rows. The
+    batch pays for its largest block (pads fill the others), so this is exact for rows proposing alike and optimistic
+    for a row proposing more than its neighbours."""
+
+    def __init__(self, curve: Curve, rows: int):
+        self.curve, self.rows = curve, rows
+
+    def __call__(self, q: float, kind: str = CHAIN) -> float:
+        return self.curve(q * self.rows, kind) / self.rows
+
+    def describe(self) -> dict:
+        return {**(self.curve.describe() if hasattr(self.curve, "describe") else {}), "batch": self.rows}
+
+
 # ---------------------------------------------------------------------------------------------- the controller
 def chain_parents(n: int) -> list[int]:
     return list(range(-1, n - 1))  # node i's parent is node i - 1, node 0's the root (-1)
@@ -148,7 +166,10 @@ class Nodes:
         for i, parent in enumerate(parents):
             t, h = (self.trials[i], self.hits[i]) if i < len(self.trials) else (0.0, 0.0)
             above = 1.0 if parent < 0 else out[parent]
-            out.append(-1.0 if above < 0 or (allow is not None and not allow[i]) else above * (h + 1) / (t + 1))
+            # the rate first, then the product, capped at the parent's: (above * (h + 1)) / (t + 1) can round one ulp
+            # above ``above`` when h = t, and a child ranked before its parent breaks the pick's tree
+            rate = (h + 1) / (t + 1)
+            out.append(-1.0 if above < 0 or (allow is not None and not allow[i]) else min(above, above * rate))
         return out
 
     def observe(self, parents: list[int], proposed: list[int], accepted: set[int]) -> None:

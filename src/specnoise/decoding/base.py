@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DECODER_SCHEMAS
-from specnoise.decoding.auto import TREE, Controller, Curve
+from specnoise.decoding.auto import TREE, Batched, Controller, Curve
 from specnoise.decoding.batch import BatchKV, lockstep
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
@@ -250,6 +250,24 @@ class Decoder:
                 kv.reset()
         self.auto.begin()
 
+    def start_auto_rows(self, rows: list[Decoder]) -> None:
+        """decoder.auto in a batch: each row slot prices its steps at its share of the batched forward, t(B x q) / B
+        (auto.py ``Batched``), with a controller of its own, kept across calls like its drafter (it starts from what
+        this decoder's controller has learnt at batch 1, if anything). The curves are probed up to B x the largest
+        batch-1 size first (untimed)."""
+        n = len(rows)
+        for role, kv in (("target", self.target), ("draft", self.draft)):
+            curve = self.curves.get(role)
+            if isinstance(curve, Curve):  # (tests price with plain functions)
+                curve.ensure(kv, min(n * min(128, kv.max_length // 2), kv.max_length - curve.key["context"] - 1))
+        for row in rows:
+            row.curves = {role: Batched(curve, n) for role, curve in self.curves.items()}
+            if row.auto is None:
+                row.auto = Controller(row.curves["target"], row.drafter.draft_cost)
+                row.auto.streams = copy.deepcopy(self.auto.streams)
+            row.auto.cost = row.curves["target"]  # the batch size may change from call to call
+            row.auto.begin()
+
     def reserve(self, n: int) -> None:
         """Generations of up to ``n`` tokens (prompt + new) follow: size static caches now, untimed."""
         for kv in filter(None, (self.target, self.draft)):
@@ -327,9 +345,10 @@ class Decoder:
             raise UserError(f"{len(seeds)} seeds for {n} prompts: give one seed, or one per prompt")
         if n == 1:
             return [self.generate(prompts[0], max_new_tokens, seeds[0])]
-        if self.cfg.auto:  # one controller per decoder, priced at batch 1: not wired for lock-step rows (config.py)
-            raise UserError("decoder.auto works at batch size 1 only: set decoder.auto=false to decode batches")
         rows = self.row_decoders(n)
+        if self.cfg.auto and self.drafter is not None:
+            self.start_auto(max(map(len, prompts)), max_new_tokens)  # the curves, probed once (untimed)
+            self.start_auto_rows(rows)
         need = max(map(len, prompts)) + max_new_tokens
         kvs = [BatchKV(self.target, n, need, priority=2)]
         if self.draft is not None:
@@ -363,6 +382,8 @@ class Decoder:
                 seconds=seconds / n, host_reads=row.host_reads + reads.get(r, 0), target_seconds=target_seconds / n,
                 draft_seconds=draft_seconds / n, batch_size=n))
             row.drafter.after_generation()
+        if rows[0].auto is not None:  # the first row's choices (rows share the drafter's meta dict)
+            rows[0].drafter.meta["auto"] = {**rows[0].curves["target"].describe(), "streams": rows[0].auto.describe()}
         self.batch_meta = rows[0].drafter.meta
         return results
 
@@ -371,6 +392,7 @@ class Decoder:
         while len(self.row_slots) < n:
             row = copy.copy(self)
             row.row_slots = []  # a row has no rows of its own
+            row.auto, row.curves = None, {}  # decoder.auto: the row's own controller (start_auto_rows)
             row.drafter = self.drafter.fork(row)
             self.row_slots.append(row)
         return self.row_slots[:n]

@@ -127,6 +127,7 @@ class Ouroboros(Drafter):
         counts, depend on its own prompts only, not on which prompts share its batch or the order rows run in."""
         clone = super().fork(decoder)
         clone.pool = copy.deepcopy(self.pool)
+        clone.drafted = list(self.drafted)  # decoder.auto's draft cost: the row's own lookahead steps
         return clone
 
     def begin(self, prompt, budget, seed):

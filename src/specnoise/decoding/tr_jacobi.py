@@ -60,10 +60,14 @@ def cut(tree: Tree, depth: int, nodes: tuple[int, ...] | None = None) -> Tree:
         keep = [0] + [i + 1 for i in nodes]
     new = {old: i for i, old in enumerate(keep)}
     idx = torch.tensor(keep, device=tree.mask.device)
-    paths = dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths)  # cut paths may repeat
+    parent = [new[tree.parent[i]] for i in keep]
+    # each path cut to its kept nodes, in the same order; cut paths may repeat, and a path whose kept part ends on a
+    # node that keeps a child is no root-to-leaf path of the cut tree (the verifier reads a chain's path as its first)
+    leaves = set(range(len(keep))) - set(parent[1:])
+    paths = [p for p in dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths) if p[-1] in leaves]
     cell = [tree.cell[i - 1] for i in keep[1:]]
     return dataclasses.replace(tree, nodes=[tree.nodes[i - 1] for i in keep[1:]], depth=tree.depth[idx],
-                               mask=tree.mask[idx][:, idx], parent=[new[tree.parent[i]] for i in keep],
+                               mask=tree.mask[idx][:, idx], parent=parent,
                                paths=[list(p) for p in paths], cell=cell, used=sorted(set(cell)))
 
 
