@@ -64,7 +64,8 @@ def cut(tree: Tree, depth: int, nodes: tuple[int, ...] | None = None) -> Tree:
     # each path cut to its kept nodes, in the same order; cut paths may repeat, and a path whose kept part ends on a
     # node that keeps a child is no root-to-leaf path of the cut tree (the verifier reads a chain's path as its first)
     leaves = set(range(len(keep))) - set(parent[1:])
-    paths = [p for p in dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths) if p[-1] in leaves]
+    cut_paths = dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths)
+    paths = [p for p in cut_paths if p[-1] in leaves]
     cell = [tree.cell[i - 1] for i in keep[1:]]
     return dataclasses.replace(tree, nodes=[tree.nodes[i - 1] for i in keep[1:]], depth=tree.depth[idx],
                                mask=tree.mask[idx][:, idx], parent=parent,
