@@ -259,6 +259,7 @@ class Decoder:
         for role, kv in (("target", self.target), ("draft", self.draft)):
             curve = self.curves.get(role)
             if isinstance(curve, Curve):  # (tests price with plain functions)
+                kv.reset()  # the probe tops up the engine's own cache: a batch-1 generation's would not leave room
                 curve.ensure(kv, min(n * min(128, kv.max_length // 2), kv.max_length - curve.key["context"] - 1))
         for row in rows:
             row.curves = {role: Batched(curve, n) for role, curve in self.curves.items()}
