@@ -130,18 +130,19 @@ def test_committed_miniature_reproduces(command: Path, tmp_path: Path):
     env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
                **command_env(command))
+    timeout = max(3600, 3 * 60 * (check_minutes(command) or 0))
     script = command_script(command)
     if script:  # a study that prints exact counts: its table, re-printed, must equal the committed one
         path, output = script
         proc = subprocess.run([sys.executable, str(path), *command_args(command)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=max(3600, 3 * 60 * (check_minutes(command) or 0)))
+                              capture_output=True, text=True, timeout=timeout)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         committed = (command.parent / output).read_text().strip()
         assert proc.stdout.strip() == committed, f"{command.parent} does not reproduce:\n{proc.stdout}\nvs\n{committed}"
         return
     args = command_args(command) + [f"hydra.sweep.dir={tmp_path / 'sweep'}", f"hydra.run.dir={tmp_path / 'run'}"]
     proc = subprocess.run([sys.executable, "-m", "specnoise", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=max(3600, 3 * 60 * (check_minutes(command) or 0)))
+                          text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rerun, jobs = collect([tmp_path / "sweep" if (tmp_path / "sweep").is_dir() else tmp_path / "run"])
     found = [f"job {j.path} failed: {j.error}" for j in jobs if j.error]

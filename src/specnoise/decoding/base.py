@@ -164,6 +164,11 @@ class Drafter:
         return clone
 
 
+def largest_probe(kv) -> int:
+    """The largest proposal decoder.auto prices at batch 1 on engine ``kv``: its cost curve is probed up to here."""
+    return min(128, kv.max_length // 2)
+
+
 class Decoder:
     """A drafter over the verifier (or, for the generate() peers, a ``decode`` of its own), named by its config.
 
@@ -242,13 +247,19 @@ class Decoder:
         if self.auto is None:
             cache = self.cfg.cost_cache
             context = prompt_len + budget // 2
-            self.curves["target"] = curve = Curve(self.target, context, min(128, self.target.max_length // 2), cache)
+            self.curves["target"] = curve = Curve(self.target, context, largest_probe(self.target), cache)
             if self.draft is not None:
-                self.curves["draft"] = Curve(self.draft, context, min(128, self.draft.max_length // 2), cache)
+                self.curves["draft"] = Curve(self.draft, context, largest_probe(self.draft), cache)
             self.auto = Controller(curve, self.drafter.draft_cost)
             for kv in filter(None, (self.target, self.draft)):
                 kv.reset()
         self.auto.begin()
+
+    def record_auto(self) -> None:
+        """decoder.auto's record in the drafter's meta (results.json): the target curve and the controller's streams."""
+        curve = self.curves.get("target")
+        self.drafter.meta["auto"] = {**(curve.describe() if hasattr(curve, "describe") else {}),
+                                     "streams": self.auto.describe()}
 
     def start_auto_rows(self, rows: list[Decoder]) -> None:
         """decoder.auto in a batch: each row slot prices its steps at its share of the batched forward, t(B x q) / B
@@ -260,7 +271,7 @@ class Decoder:
             curve = self.curves.get(role)
             if isinstance(curve, Curve):  # (tests price with plain functions)
                 kv.reset()  # the probe tops up the engine's own cache: a batch-1 generation's would not leave room
-                curve.ensure(kv, min(n * min(128, kv.max_length // 2), kv.max_length - curve.key["context"] - 1))
+                curve.ensure(kv, min(n * largest_probe(kv), kv.max_length - curve.key["context"] - 1))
         for row in rows:
             row.curves = {role: Batched(curve, n) for role, curve in self.curves.items()}
             if row.auto is None:
@@ -316,9 +327,7 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.after_generation()
             if self.auto is not None:
-                curve = self.curves.get("target")
-                self.drafter.meta["auto"] = {**(curve.describe() if hasattr(curve, "describe") else {}),
-                                             "streams": self.auto.describe()}
+                self.record_auto()
             target_seconds, draft_seconds = self.target.seconds, self.draft.seconds if self.draft is not None else 0.0
         return DecodeOutput(
             tokens=out.tokens,
@@ -384,7 +393,7 @@ class Decoder:
                 draft_seconds=draft_seconds / n, batch_size=n))
             row.drafter.after_generation()
         if rows[0].auto is not None:  # the first row's choices (rows share the drafter's meta dict)
-            rows[0].drafter.meta["auto"] = {**rows[0].curves["target"].describe(), "streams": rows[0].auto.describe()}
+            rows[0].record_auto()
         self.batch_meta = rows[0].drafter.meta
         return results
 
