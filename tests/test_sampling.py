@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from specnoise.config import ARConfig
-from specnoise.decoding.sampling import draw, fit_vocab, residual, sample, warp
+from specnoise.decoding.sampling import draw, fit_vocab, greedy, residual, sample, warp
 
 TRIALS = 4000
 THRESHOLD = 0.05
@@ -23,6 +23,22 @@ def tv(counts: torch.Tensor, p: torch.Tensor) -> float:
 
 def dist(seed: int, v: int = 6, sharp: float = 1.5) -> torch.Tensor:
     return torch.softmax(torch.randn(v, generator=torch.Generator().manual_seed(seed)) * sharp, -1)
+
+
+def test_greedy_is_torch_argmax_first_index_on_ties():
+    """The CPU's NumPy argmax picks what torch's does: the first maximal index (ties are common in low precision), a
+    NaN as the maximum, for rows, one vector, a strided slice and float64; bf16 and a grad tensor go through torch."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randint(0, 4, (64, 300), generator=gen).float()  # many ties per row
+    logits[3, 7] = float("nan")
+    cases = [logits, logits[5], logits[:, 10:200:3], logits.double(), logits.bfloat16(),
+             logits.clone().requires_grad_()]
+    for x in cases:
+        with torch.no_grad():
+            got, want = greedy(x), x.argmax(-1)
+        assert got.dtype == torch.long and got.shape == want.shape and torch.equal(got, want)
+    with torch.inference_mode():  # the verifier's logits are inference tensors
+        assert torch.equal(greedy(logits * 1), logits.argmax(-1))
 
 
 def test_warp_temperature_top_k_top_p():

@@ -116,7 +116,12 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
     def __call__(self, q: float, kind: str = CHAIN) -> float:
         if getattr(self, "fits", None) is None:
             self.fits = {k: interpolate(v) for k, v in self.times.items()}
-        return self.fits[CHAIN if q <= 1 else kind](q)
+            self.priced: dict[tuple[float, str], float] = {}
+        # remembered: the controller prices every candidate size at every step, a fit walks the grid
+        key = (q, CHAIN if q <= 1 else kind)
+        if key not in self.priced:
+            self.priced[key] = self.fits[key[1]](q)
+        return self.priced[key]
 
     def ratios(self, kind: str) -> dict[int, float]:
         """t(q) / t(1) at the measured sizes (results.json meta)."""
@@ -217,13 +222,14 @@ class Controller:
         else:
             order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
         best, best_rate, gain, done = 0, 1.0 / self.cost(1, CHAIN), 1.0, 0
-        for k in sizes:
+        for k in sizes:  # (host work on every step: one pass, the nodes added since the last size summed once)
             if k == 0:
                 continue
-            gain += sum(max(p[i], 0.0) for i in order[done:k])
+            gain += max(p[order[done]], 0.0) if k == done + 1 else sum(max(p[i], 0.0) for i in order[done:k])
             done = k
-            if self.rate(stream, k, gain, kind, extra) > best_rate:
-                best, best_rate = k, self.rate(stream, k, gain, kind, extra)
+            rate = self.rate(stream, k, gain, kind, extra)
+            if rate > best_rate:
+                best, best_rate = k, rate
         nodes.steps += 1
         if nodes.steps % EXPLORE == 0:  # look past the best cut now and then
             sizes = list(sizes)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
 from specnoise.errors import UserError
@@ -67,13 +68,18 @@ def attention_mask(cached: int | torch.Tensor, keep: torch.Tensor, start: int, w
     slots below its row's cached length ``cached`` (an int, or a long device tensor [B] in a batch) and, inside its
     block at slots [start, start + q), what ``keep`` (bool [q, q], or [B, q, q]) allows; nothing else, so stale slots
     and pads stay invisible. Built on ``keep``'s device: no host-built mask is copied up."""
+    q, minimum = keep.shape[-1], torch.finfo(dtype).min
+    if keep.dim() == 2 and isinstance(cached, int) and cached == start and width == start + q:
+        # one row whose block follows its cache (every dynamic-engine forward): three ops instead of nine, per step
+        block = torch.zeros(q, q, dtype=dtype, device=keep.device).masked_fill_(~keep, minimum)
+        return F.pad(block, (start, 0)).view(1, 1, q, width)
     keep = keep if keep.dim() == 3 else keep[None]
-    B, q = keep.shape[0], keep.shape[-1]
+    B = keep.shape[0]
     slots = torch.arange(width, device=keep.device)
     seen = (slots < (cached if isinstance(cached, int) else cached.view(-1, 1, 1))).expand(B, q, width).clone()
     seen[:, :, start:start + q] |= keep
     mask = torch.zeros(B, 1, q, width, dtype=dtype, device=keep.device)
-    return mask.masked_fill_(~seen[:, None], torch.finfo(dtype).min)
+    return mask.masked_fill_(~seen[:, None], minimum)
 
 
 class Forward(NamedTuple):
@@ -216,9 +222,9 @@ class Engine:
         idx = as_ids(src, self.device)
         n = start + idx.numel()
         for layer in self.cache.layers:
-            # advanced indexing copies the source first, so overlapping slots cannot alias
-            layer.keys[..., start:n, :] = layer.keys[..., idx, :]
-            layer.values[..., start:n, :] = layer.values[..., idx, :]
+            # index_select copies the source first, so overlapping slots cannot alias
+            layer.keys[..., start:n, :] = layer.keys.index_select(-2, idx)
+            layer.values[..., start:n, :] = layer.values.index_select(-2, idx)
 
     def compact(self, start: int, keep: list[int], src: torch.Tensor | None = None) -> None:
         """Move slots ``keep`` (ascending, all >= start) to ``start, start+1, ...`` and drop everything after.

@@ -8,9 +8,21 @@ back only its few tokens (``Decoder.to_host``). The verifier's uniforms are per 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from specnoise.decoding.kv import upload
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(-1)``, the greedy pick per row. On the CPU through NumPy: torch's CPU argmax reduction is not
+    vectorised (torch 2.13: ~290 us for 64 rows x 4096 logits, 4.8 ms for 64 x 32000, one thread) while NumPy's SIMD
+    one takes ~40 us / 0.28 ms, and a tree verify step takes the argmax of every block row: with torch's it was a
+    third of the step's host work. Both return the first maximal index (a NaN counts as the maximum in both), so the
+    picks, and the tokens, are the same."""
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64) and not logits.requires_grad:
+        return torch.from_numpy(np.asarray(np.argmax(logits.numpy(), axis=-1))).long()
+    return logits.argmax(-1)
 
 
 def warp(logits: torch.Tensor, cfg) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 from specnoise.decoding.auto import CHAIN
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.kv import Engine, Forward
-from specnoise.decoding.sampling import fit_vocab, sample, warp
+from specnoise.decoding.sampling import fit_vocab, greedy, sample, warp
 from specnoise.decoding.verifier import Proposal, prompt_generator
 from specnoise.errors import UserError
 from specnoise.models import check_same_tokenizer
@@ -69,7 +69,7 @@ def draft_tokens(draft: Engine, seq: list[int], n: int, vocab: int,
     for i in range(n):
         logits = fit_vocab(logits, vocab)
         if probs is None:
-            tokens[i] = logits.argmax(-1)
+            tokens[i] = greedy(logits)
         else:
             q[i] = probs(logits)
             tokens[i] = sample(q[i], generator)

@@ -97,7 +97,7 @@ class Tables:
         each rejected node of the best path, one row per depth."""
         tree = self.tree
         after = self.path.index_select(0, step.best)[0].gather(0, step.a + self.rows)
-        top = step.logits[after.clamp(min=0)].topk(self.k, dim=-1).indices
+        top = step.logits.index_select(0, after.clamp(min=0)).topk(self.k, dim=-1).indices
         C = F.pad(torch.where(after[:, None] >= 0, top, -1), (0, tree.width - self.k), value=-1)
         return (step.right if self.stats else None), C
 
@@ -164,7 +164,7 @@ class TRJacobi(Drafter):
         self.t = t = self.tables_for(room + 1)
         retrieval = self.R and not (self.cfg.faithful and self.first)
         self.C = torch.where(self.C >= 0, self.C, self.candidates_fill(self.seq, t, retrieval, self.filled))
-        return Proposal(self.C.view(-1)[t.cell], t.shape, after=t.after)
+        return Proposal(self.C.view(-1).index_select(0, t.cell), t.shape, after=t.after)
 
     def observe(self, v):
         t, a = self.t, v.accepted

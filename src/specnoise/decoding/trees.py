@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from specnoise.errors import UserError
@@ -56,23 +57,22 @@ def build_tree(name: str, topk: int, retrieval_len: int = 0, device=None,
 
     n = len(nodes) + 1
     depth, parent = [0] * n, [0] * n
-    mask = torch.eye(n, dtype=torch.bool)
+    mask = np.eye(n, dtype=bool)  # filled in NumPy, one tensor at the end: a tree=auto pick builds a tree per new pick
     mask[:, 0] = True
-    paths: list[list[int]] = []
+    paths = [[0]]  # the root-to-i input path of every input i
     for i, node in enumerate(nodes, start=1):
         ancestors = [index.get(node[:d], n) for d in range(1, len(node))]
         if any(a >= i for a in ancestors):
             raise ValueError(f"tree {name!r}: node {node} comes before one of its ancestors")
         depth[i], parent[i] = len(node), (ancestors[-1] if ancestors else 0)
         mask[i, ancestors] = True
-        path = [0, *ancestors, i]
-        # a path that is a strict prefix of this one is no longer a leaf path
-        paths = [p for p in paths if p != path[:len(p)]] + [path]
-
+        paths.append([0, *ancestors, i])
+    has_child = set(parent[1:])
+    paths = [paths[i] for i in range(1, n) if i not in has_child]  # the leaves', in node order
     width = topk + (1 if retrieval_len else 0)
     cell = [(len(node) - 1) * width + node[-1] for node in nodes]
-    return Tree(nodes, torch.tensor(depth, device=device), mask.to(device), parent, paths, cell, sorted(set(cell)),
-                max(depth), width)
+    return Tree(nodes, torch.tensor(depth, device=device), torch.from_numpy(mask).to(device), parent, paths, cell,
+                sorted(set(cell)), max(depth), width)
 
 
 def with_prefix(mask: torch.Tensor, n: int) -> torch.Tensor:

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from specnoise.decoding.kv import Forward, Read, as_ids, drive, upload
-from specnoise.decoding.sampling import draw, residual, warp
+from specnoise.decoding.sampling import draw, greedy, residual, warp
 from specnoise.decoding.trees import with_prefix
 
 
@@ -84,11 +85,18 @@ def tree_shape(parents: list[int], paths: list[list[int]] | None = None, *, mask
     if paths is None:
         has_child = set(parents)
         paths = [anc[i] for i in range(n) if i not in has_child] if n > 1 else [[0]]
-    first = [next(k for k, path in enumerate(paths) if i in path) for i in range(n)]
+    first = [-1] * n  # the first path through each input
+    for k, path in enumerate(paths):
+        for i in path:
+            if first[i] < 0:
+                first[i] = k
+    if min(first) < 0:
+        raise ValueError(f"inputs {[i for i in range(n) if first[i] < 0]} lie on none of the paths")
     span = max(depth) + 1
-    sees = torch.zeros(n, n, dtype=torch.bool)
+    sees = np.zeros((n, n), dtype=bool)  # tables filled in NumPy, one tensor each: a tree=auto pick builds a new shape
     for i in range(n):
         sees[i, anc[i]] = True
+    sees = torch.from_numpy(sees)
     if mask is None:
         mask, offsets, rows = sees, torch.tensor(depth), list(range(n))
     prefix = list(rows[:n]) == list(range(n))
@@ -96,11 +104,12 @@ def tree_shape(parents: list[int], paths: list[list[int]] | None = None, *, mask
     table = lambda values: torch.tensor(values, dtype=torch.long, device=device)  # noqa: E731
     padded = [(paths[first[i]] + [-1] * span)[:span] for i in range(n)]
     inner = sorted(set(parents))
+    slot = {p: j for j, p in enumerate(inner)}
     return Shape(mask=mask.to(device), offsets=offsets.to(device), rows=table(rows), parent=table(parents),
                  sees=sees[:, 1:].to(device), depth=table(depth),
                  rank=table([d * len(paths) - first[i] for i, d in enumerate(depth)]), path=table(padded),
                  rows_host=list(rows), span=span, causal=chain, prefix=prefix, inner=table(inner),
-                 slot=table([inner.index(p) for p in parents]))
+                 slot=table([slot[p] for p in parents]))
 
 
 @lru_cache(maxsize=256)
@@ -259,7 +268,7 @@ class Verifier:
     def verify(self, shape: Shape, after, logits, nodes, u, v, q):
         """Returns (what the host reads: [a, block padded to span, path, after's read], after's kept tensors, the
         argmax per row, the bonus token, the path)."""
-        y = logits.argmax(-1)
+        y = greedy(logits)
         tree = logits[:shape.nodes + 1] if shape.prefix else logits.index_select(0, shape.rows)
         if q is not None:
             return self.reject(shape, after, logits, y, tree, nodes, u, v, q)
