@@ -222,9 +222,11 @@ class Controller:
         else:
             order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
         best, best_rate, gain, done = 0, 1.0 / self.cost(1, CHAIN), 1.0, 0
-        for k in sizes:  # (host work on every step: one pass, the nodes added since the last size summed once)
+        for k in sizes:
             if k == 0:
                 continue
+            # the nodes added since the last size; one node (every size of a template pick) without a generator: this
+            # runs for every size at every step, and adding it alone gives the same float as sum() of it
             gain += max(p[order[done]], 0.0) if k == done + 1 else sum(max(p[i], 0.0) for i in order[done:k])
             done = k
             rate = self.rate(stream, k, gain, kind, extra)
