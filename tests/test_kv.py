@@ -13,6 +13,7 @@ from specnoise.config import UserError
 from specnoise.decoding.kv import DynamicEngine, self_test
 from specnoise.decoding.tr_jacobi import retrieve
 from specnoise.decoding.trees import TEMPLATES, build_tree, with_prefix
+from specnoise.decoding.verifier import tree_shape
 
 
 def causal_logits(model, tokens: list[int]) -> torch.Tensor:
@@ -38,8 +39,9 @@ def test_tree_forward_gives_each_node_its_path_logits(target):
     kv.forward(prompt[:3])  # some of the prompt cached, the rest fed with the tree
     pending = prompt[3:]
     m = len(pending)
-    positions = list(range(3, 3 + m - 1)) + (3 + m - 1 + tree.depth).tolist()
-    logits = kv.forward(pending + nodes, positions, with_prefix(tree.mask, m - 1))[m - 1:]
+    shape = tree_shape(tree.parent[1:], tree.paths)  # the mask and position offsets the verifier feeds
+    positions = list(range(3, 3 + m - 1)) + (3 + m - 1 + shape.offsets).tolist()
+    logits = kv.forward(pending + nodes, positions, with_prefix(shape.mask, m - 1))[m - 1:]
     for path in tree.paths:
         ref = causal_logits(target.model, prompt + [nodes[i - 1] for i in path[1:]])[len(prompt) - 1:]
         assert torch.allclose(logits[path], ref, atol=1e-4)
@@ -117,13 +119,14 @@ def test_without_retrieval_only_the_template_remains():
 @pytest.mark.parametrize("name", list(TEMPLATES))
 def test_tree_tables_agree_with_the_node_lists(name):
     tree = build_tree(name, topk=10, retrieval_len=3)
+    shape = tree_shape(tree.parent[1:], tree.paths)
     index = {node: i for i, node in enumerate(tree.nodes, start=1)}
     for i, node in enumerate(tree.nodes, start=1):
         ancestors = [index[node[:d]] for d in range(1, len(node))]
         assert all(a < i for a in ancestors)  # ancestors precede descendants
         assert tree.parent[i] == (ancestors[-1] if ancestors else 0)
-        assert int(tree.depth[i]) == len(node)
-        assert set(tree.mask[i].nonzero().view(-1).tolist()) == {0, *ancestors, i}
+        assert int(shape.offsets[i]) == len(node)
+        assert set(shape.mask[i].nonzero().view(-1).tolist()) == {0, *ancestors, i}
         assert tree.cell[i - 1] == (len(node) - 1) * tree.width + node[-1]
     for path in tree.paths:  # root-to-leaf chains; no path is a prefix of another; every node on one
         assert path[0] == 0 and all(tree.parent[b] == a for a, b in zip(path, path[1:]))
@@ -139,7 +142,8 @@ def test_bad_tree_choices_are_user_errors():
 
 
 def test_with_prefix_puts_a_causal_prompt_before_the_tree():
-    mask = build_tree("chain_4", topk=1).mask
+    tree = build_tree("chain_4", topk=1)
+    mask = tree_shape(tree.parent[1:], tree.paths).mask
     keep = with_prefix(mask, 3)
     assert keep.shape == (8, 8)
     assert torch.equal(keep[:3, :3], torch.ones(3, 3, dtype=torch.bool).tril())

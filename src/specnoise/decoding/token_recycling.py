@@ -44,8 +44,7 @@ class Plan:
     """A tree's BFS plan: per depth, the nodes (input indices), their parents and the matrix column each reads."""
 
     def __init__(self, nodes: list[tuple[int, ...]], device):
-        tree = build_tree("token_recycling", max(c for node in nodes for c in node) + 1, device=device,
-                          template=nodes)
+        tree = build_tree("token_recycling", max(c for node in nodes for c in node) + 1, template=nodes)
         self.shape = tree_shape(tree.parent[1:], tree.paths, device=device)
         self.levels = []
         for d in range(1, tree.rows + 1):

@@ -59,7 +59,6 @@ def cut(tree: Tree, depth: int, nodes: tuple[int, ...] | None = None) -> Tree:
     else:
         keep = [0] + [i + 1 for i in nodes]
     new = {old: i for i, old in enumerate(keep)}
-    idx = torch.tensor(keep, device=tree.mask.device)
     parent = [new[tree.parent[i]] for i in keep]
     # each path cut to its kept nodes, in the same order; cut paths may repeat, and a path whose kept part ends on a
     # node that keeps a child is no root-to-leaf path of the cut tree (the verifier reads a chain's path as its first)
@@ -67,8 +66,7 @@ def cut(tree: Tree, depth: int, nodes: tuple[int, ...] | None = None) -> Tree:
     cut_paths = dict.fromkeys(tuple(new[i] for i in path if i in new) for path in tree.paths)
     paths = [p for p in cut_paths if p[-1] in leaves]
     cell = [tree.cell[i - 1] for i in keep[1:]]
-    return dataclasses.replace(tree, nodes=[tree.nodes[i - 1] for i in keep[1:]], depth=tree.depth[idx],
-                               mask=tree.mask[idx][:, idx], parent=parent,
+    return dataclasses.replace(tree, nodes=[tree.nodes[i - 1] for i in keep[1:]], parent=parent,
                                paths=[list(p) for p in paths], cell=cell, used=sorted(set(cell)))
 
 
@@ -79,11 +77,10 @@ class Tables:
     path: the first path through each input, padded so that the rows after any accepted depth can be gathered
     without bounds checks (-1 = none; ``faithful``: the root up to full depth, as MSN's code pads)."""
 
-    def __init__(self, tree: Tree, faithful: bool, k: int, stats: bool):
-        device, rows = tree.mask.device, tree.rows
+    def __init__(self, tree: Tree, faithful: bool, k: int, stats: bool, device):
+        rows = tree.rows
         self.tree, self.k, self.stats = tree, k, stats  # k: candidates per row, decoder.topk within the vocabulary
-        self.shape = tree_shape(tree.parent[1:], tree.paths, mask=tree.mask, offsets=tree.depth,
-                                rows=list(range(len(tree.parent))), device=device)
+        self.shape = tree_shape(tree.parent[1:], tree.paths, device=device)  # the tree alone is the block
         # the verifier's first path through each input (-1 after its end), widened to 2 rows + 1 (a cut tree keeps the
         # full tree's candidate rows, so its paths are shorter than rows + 1)
         self.path = F.pad(self.shape.path, (0, 2 * rows + 1 - self.shape.span), value=-1)
@@ -112,7 +109,7 @@ class TRJacobi(Drafter):
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.R = cfg.retrieval_len if cfg.retrieval else 0
         auto = cfg.tree == "auto"  # calibrate on the full template, then its best sub-tree (pick_tree)
-        self.tree = build_tree(AUTO_TEMPLATE if auto else cfg.tree, cfg.topk, self.R, device=self.target.device)
+        self.tree = build_tree(AUTO_TEMPLATE if auto else cfg.tree, cfg.topk, self.R)
         self.meta = {"tree": AUTO_TEMPLATE if auto else cfg.tree, "tree_nodes": len(self.tree.nodes),
                      "retrieval_len": self.R}
         self.full, self.index = self.tree, None  # tree=auto: the template, and where each node of self.tree sits in it
@@ -137,7 +134,7 @@ class TRJacobi(Drafter):
         if (depth, pick) not in self.tables:
             tree = self.tree if depth == self.tree.rows and pick is None else cut(self.tree, depth, pick)
             k = min(self.cfg.topk, self.target.vocab_size)
-            self.tables[depth, pick] = Tables(tree, self.cfg.faithful, k, stats=self.stats is not None)
+            self.tables[depth, pick] = Tables(tree, self.cfg.faithful, k, self.stats is not None, self.target.device)
         return self.tables[depth, pick]
 
     def candidates_fill(self, seq: list[int], t: Tables, retrieval: bool, filled: int) -> torch.Tensor:
@@ -209,7 +206,7 @@ class TRJacobi(Drafter):
         cost = interpolate(fastest)
         p = self.stats.p()
         k = best_size(p, cost)
-        self.tree, self.R, self.index = sub_tree(self.full, p, k, self.cfg.topk, device=self.target.device)
+        self.tree, self.R, self.index = sub_tree(self.full, p, k, self.cfg.topk)
         self.tables = {}
         expected = 1 + sum(p[i] for i in self.index)
         self.meta = {"tree": f"auto({AUTO_TEMPLATE})", "tree_nodes": k, "retrieval_len": self.R,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from specnoise.errors import UserError
@@ -21,12 +20,11 @@ from specnoise.tree_templates import MC_SIM_7B_63, TEMPLATES  # noqa: F401  (the
 
 @dataclass(frozen=True)
 class Tree:
-    """What a verify step reads; small per-node tables are lists (a step walks them in Python, faster than
-    a dozen tiny tensor ops), what the forward takes is tensors."""
+    """A template as the drafters read it, in host lists (a step walks them in Python, faster than a dozen tiny tensor
+    ops). What the forward and the verifier take (mask, positions, paths as tensors) is the ``Shape`` that
+    ``verifier.tree_shape`` builds from ``parent`` and ``paths``."""
 
     nodes: list[tuple[int, ...]]  # template order, retrieval chain first
-    depth: torch.Tensor  # long [N + 1]: position offset of each input after the root (root: 0)
-    mask: torch.Tensor  # bool [N + 1, N + 1]: input i sees the root, its ancestors and itself
     parent: list[int]  # [N + 1]; the root is its own parent
     paths: list[list[int]]  # root-to-leaf input indices, true lengths, retrieval chain first
     cell: list[int]  # [N]: flat index of each node's token in the candidate matrix [rows, width]
@@ -39,7 +37,7 @@ def tree_names() -> str:
     return ", ".join(TEMPLATES)
 
 
-def build_tree(name: str, topk: int, retrieval_len: int = 0, device=None,
+def build_tree(name: str, topk: int, retrieval_len: int = 0,
                template: list[tuple[int, ...]] | None = None) -> Tree:
     """The template ``name`` (or the node list ``template``, e.g. a sub-tree picked by ``decoder.tree=auto``) with a
     retrieval chain of ``retrieval_len`` nodes in column ``topk`` in front."""
@@ -56,23 +54,19 @@ def build_tree(name: str, topk: int, retrieval_len: int = 0, device=None,
         raise ValueError(f"tree {name!r} repeats a node")
 
     n = len(nodes) + 1
-    depth, parent = [0] * n, [0] * n
-    mask = np.eye(n, dtype=bool)  # filled in NumPy, one tensor at the end: a tree=auto pick builds a tree per new pick
-    mask[:, 0] = True
+    parent = [0] * n
     paths = [[0]]  # the root-to-i input path of every input i
     for i, node in enumerate(nodes, start=1):
         ancestors = [index.get(node[:d], n) for d in range(1, len(node))]
         if any(a >= i for a in ancestors):
             raise ValueError(f"tree {name!r}: node {node} comes before one of its ancestors")
-        depth[i], parent[i] = len(node), (ancestors[-1] if ancestors else 0)
-        mask[i, ancestors] = True
+        parent[i] = ancestors[-1] if ancestors else 0
         paths.append([0, *ancestors, i])
     has_child = set(parent[1:])
     paths = [paths[i] for i in range(1, n) if i not in has_child]  # the leaves', in node order
     width = topk + (1 if retrieval_len else 0)
     cell = [(len(node) - 1) * width + node[-1] for node in nodes]
-    return Tree(nodes, torch.tensor(depth, device=device), torch.from_numpy(mask).to(device), parent, paths, cell,
-                sorted(set(cell)), max(depth), width)
+    return Tree(nodes, parent, paths, cell, sorted(set(cell)), max(map(len, nodes), default=0), width)
 
 
 def with_prefix(mask: torch.Tensor, n: int) -> torch.Tensor:
@@ -138,7 +132,7 @@ def best_size(p: list[float], cost) -> int:
     return best_k
 
 
-def sub_tree(tree: Tree, p: list[float], k: int, topk: int, device=None) -> tuple[Tree, int, list[int]]:
+def sub_tree(tree: Tree, p: list[float], k: int, topk: int) -> tuple[Tree, int, list[int]]:
     """The ``k`` nodes of ``tree`` with the largest p (ties: template order), as a tree of its own.
 
     With p(child) <= p(parent), a stable sort keeps every node's ancestors before it (ancestors come first in
@@ -147,4 +141,4 @@ def sub_tree(tree: Tree, p: list[float], k: int, topk: int, device=None) -> tupl
     keep = sorted(sorted(range(len(p)), key=lambda i: -p[i])[:k])  # the sub-tree keeps the full tree's order
     chain = sum(1 for i in keep if tree.nodes[i][0] == topk)  # the retrieval chain sits in column topk, first
     template = [tree.nodes[i] for i in keep[chain:]]
-    return build_tree("auto", topk, chain, device=device, template=template), chain, keep
+    return build_tree("auto", topk, chain, template=template), chain, keep
