@@ -8,12 +8,12 @@ free and the speedup survives batching; once B x q passes the knee of the curve 
 a GPU at hundreds to thousands of tokens), a forward costs about B x q and the speedup falls to MAT / q, below 1
 for wide trees. ``experiments/batch-scaling`` reads the measured curve next to each decoder's speedup vs B.
 
-It times the model's own forward (transformers, a ``DynamicCache`` prefilled with random tokens, every logit row
-kept, as a verify), the same for every decoder, so it is engine-neutral: it does not go through the decoders'
-engines (a compiled static engine on a GPU shaves launch overhead off small forwards). Sizes take turns within each
-round in a shuffled order (seeded; so no size always follows the largest forward, which evicts the CPU's caches), a
-machine's drift spreads over all of them; the median (``ms``) and the fastest (``min_ms``) of ``repeats`` are
-reported, and the ratios use the fastest: the uncontended cost, steadier on a shared machine.
+It times the forward a lock-step batch runs (``decoding/cost.py`` ``measure_forward_times`` with ``rows=B``: the
+batched cache of ``decoding/batch.py`` prefilled with random tokens, the block fed with its 4D mask, every logit row
+kept, as a verify), the same for every decoder; at B = 1 the single-row engine's. Sizes take turns within each
+round, so a machine's drift spreads over all of them; the median (``ms``) and the fastest (``min_ms``) of
+``repeats`` are reported, and the ratios use the fastest: the uncontended cost, steadier on a shared machine. (The
+dynamic engine's eager forward: a compiled static engine on a GPU shaves launch overhead off small forwards.)
 
     python -m specnoise.bench.batch_cost model=small-code-msn --batch 1,2,4,8,16,32 --q 1,2,4,8,16,32,64 \\
         --out experiments/batch-scaling/tiny/forward_cost
@@ -26,54 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import random
-import time
 from pathlib import Path
 from statistics import median
 
 import torch
 
-from specnoise.decoding.kv import cache_keyword, dense_cache, sync
-
-
-def prefilled_cache(model, rows: int, cache_len: int, vocab: int, gen: torch.Generator):
-    """A dense ``DynamicCache`` holding ``cache_len`` random tokens in each of ``rows`` rows."""
-    cache = dense_cache(model.config)
-    if cache_len:
-        device = next(model.parameters()).device
-        ids = torch.randint(0, vocab, (rows, cache_len), generator=gen).to(device)
-        model(input_ids=ids, use_cache=True, logits_to_keep=1, **{cache_keyword(model): cache})
-    return cache
+from specnoise.decoding.cost import measure_forward_times
+from specnoise.decoding.kv import DynamicEngine
 
 
 def measure_batch_costs(model, batches: list[int], qs: list[int], cache_len: int = 128, repeats: int = 5,
                         warmup: int = 2, seed: int = 0) -> dict[tuple[int, int], list[float]]:
     """(B, q) -> ``repeats`` timings (seconds) of one forward of B rows x q new tokens after ``cache_len`` each."""
-    from specnoise.numerics import numerics
-
-    device = next(model.parameters()).device
-    vocab = model.config.get_text_config().vocab_size
-    gen = torch.Generator().manual_seed(seed)
-    times: dict[tuple[int, int], list[float]] = {(b, q): [] for b in batches for q in qs}
-    key = cache_keyword(model)  # `cache` since transformers 5.24, `past_key_values` before
-    with torch.inference_mode(), numerics(model):
-        caches = {b: prefilled_cache(model, b, cache_len, vocab, gen) for b in batches}
-        blocks = {b: torch.randint(0, vocab, (b, max(qs)), generator=gen).to(device) for b in batches}
-        positions = {q: torch.arange(cache_len, cache_len + q, device=device) for q in qs}
-        sizes = [(b, q) for b in batches for q in qs]
-        shuffle = random.Random(seed)
-        for r in range(warmup + repeats):
-            shuffle.shuffle(sizes)
-            for b, q in sizes:
-                sync(device)
-                t0 = time.perf_counter()
-                model(input_ids=blocks[b][:, :q], use_cache=True, cache_position=positions[q], logits_to_keep=0,
-                      **{key: caches[b]})
-                sync(device)
-                if r >= warmup:
-                    times[(b, q)].append(time.perf_counter() - t0)
-                caches[b].crop(-q)  # back to cache_len (transformers 5.24 crops by a count)
-    return times
+    engine = DynamicEngine(model)
+    return {(b, q): times for b in batches
+            for q, times in measure_forward_times(engine, qs, cache_len, repeats, warmup, seed, rows=b).items()}
 
 
 def table(times: dict[tuple[int, int], list[float]]):
