@@ -23,7 +23,14 @@ with t the target curve (``extra``: rows fed beside the tree, Lookahead's window
 k tokens costs a draft model. Statistics are kept across prompts (the benchmark's warm-up teaches them) with
 exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they follow the current text. A node
 never tried looks as good as its parent (optimism: the pick grows until it learns better), and every
-``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed.
+``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed. Where
+the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft model dearer than what it
+saves), an exploration is an AR step turned into a draft: when its accepted tokens per second fall short of an AR
+step's, the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays, or a non-empty best pick,
+brings it back to ``EXPLORE``, and so does a new generation (a new text, where drafting may pay again). Drafters
+whose next candidates are made from what the target predicts at the verified nodes (TR-Jacobi's candidate matrix,
+Token Recycling's adjacency matrix, SAM's fallback) do not back off (``Drafter.backoff``): an exploration feeds them
+candidates, a value that its own accepted tokens do not show, and backing off cost them forwards in the miniature.
 
 A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
@@ -52,6 +59,7 @@ CHAIN, TREE = "chain", "tree"  # a causal block without a mask; a block with pos
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
 FORGET = 0.98  # weight of the past per observation of a rank
 EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
+EXPLORE_MAX = 128  # ... every EXPLORE_MAX-th at the least often, while the best cut stays empty (backing off)
 REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP
 
 
@@ -88,10 +96,17 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
             saved = json.loads(self.path.read_text())
             self.times = {kind: {int(q): t for q, t in saved["seconds"][kind].items()} for kind in (CHAIN, TREE)}
         self.cached = bool(self.times[CHAIN])
+        # a pinned curve that exists is read, never probed or written: a size it lacks is interpolated (beyond its
+        # largest, extended linearly), so every run prices every size alike (a probe would time this machine, and
+        # writing it back would change the next run's prices)
+        self.pinned = bool(cache_dir and cache_dir.endswith(".json") and self.cached)
         self.ensure(engine, largest)
 
     def ensure(self, engine, largest: int) -> None:
-        """Probe the grid sizes up to ``largest`` that are not measured yet (both kinds), and save."""
+        """Probe the grid sizes up to ``largest`` that are not measured yet (both kinds), and save; nothing for a
+        pinned curve."""
+        if self.pinned:
+            return
         qs = [q for q in GRID if q <= largest] + ([largest] if largest not in GRID else [])
         todo = sorted({q for q in qs if q not in self.times[CHAIN]} | {1, 2})
         todo = [q for q in todo if q not in self.times[CHAIN] or q not in self.times[TREE]]
@@ -154,6 +169,30 @@ def chain_parents(n: int) -> list[int]:
     return list(range(-1, n - 1))  # node i's parent is node i - 1, node 0's the root (-1)
 
 
+class Backoff:
+    """Which steps explore: the ``EXPLORE``-th, then every ``EXPLORE``-th while exploring pays; after an exploration
+    that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``."""
+
+    def __init__(self):
+        self.steps = 0
+        self.gap = self.at = EXPLORE  # the gap after the last exploration, the step of the next one
+
+    def due(self) -> bool:
+        """Count a step; whether it explores."""
+        self.steps += 1
+        if self.steps < self.at:
+            return False
+        self.at = self.steps + self.gap  # until ``result`` says otherwise
+        return True
+
+    def result(self, paid: bool) -> None:
+        """What the last exploration was worth: the next one comes ``EXPLORE`` steps after it if it paid, else after
+        twice the last gap."""
+        self.at -= self.gap
+        self.gap = EXPLORE if paid else min(2 * self.gap, EXPLORE_MAX)
+        self.at += self.gap
+
+
 class Nodes:
     """One stream of candidates: per node index, the forgetting sums of trials (its parent's path was accepted, or
     it hangs off the root) and hits (it was accepted too)."""
@@ -161,7 +200,7 @@ class Nodes:
     def __init__(self):
         self.trials: list[float] = []
         self.hits: list[float] = []
-        self.steps = 0
+        self.explore = Backoff()
 
     def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
         """Each node's chance that its whole path is accepted: its parent's times its own conditional rate
@@ -196,15 +235,21 @@ class Controller:
     tokens; ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens."""
 
     def __init__(self, cost: Callable[[float, str], float],
-                 draft_cost: Callable[[str, int], float] | None = None):
+                 draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True):
         self.cost, self.draft_cost = cost, draft_cost
+        self.backoff = backoff  # False: every EXPLORE-th step explores, whatever it paid (Drafter.backoff)
         self.streams: dict[str, Nodes] = {}
         self.asked: tuple[Nodes, list[int], list[int]] | None = None  # this step's stream, parents, kept nodes
+        self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
 
     def begin(self) -> None:
+        """A generation starts: a new text, where drafting may pay as it did not in the last one, so every stream
+        explores at its ``EXPLORE``-th step again (its statistics stay)."""
         self.sizes = []
-        self.asked = None
+        self.asked = self.probe = None
+        for nodes in self.streams.values() if self.backoff else ():
+            nodes.explore = Backoff()
 
     def rate(self, stream: str, k: int, gain: float, kind: str, extra: int) -> float:
         spend = self.cost(1 + extra + k, kind) + (self.draft_cost(stream, k) if self.draft_cost and k else 0.0)
@@ -232,10 +277,16 @@ class Controller:
             rate = self.rate(stream, k, gain, kind, extra)
             if rate > best_rate:
                 best, best_rate = k, rate
-        nodes.steps += 1
-        if nodes.steps % EXPLORE == 0:  # look past the best cut now and then
+        self.probe = None
+        if nodes.explore.due():  # look past the best cut now and then
             sizes = list(sizes)
-            best = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
+            probe = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
+            if best or not self.backoff:  # drafting pays here: looking a little further is cheap
+                nodes.explore.result(paid=True)
+            elif probe:  # an AR step drafts instead: ``observe`` tells whether that paid
+                self.probe = self.cost(1 + extra + probe, kind) + (self.draft_cost(stream, probe)
+                                                                    if self.draft_cost else 0.0)
+            best = probe
         keep = sorted(order[:best])
         self.asked = (nodes, parents, keep) if keep else None
         self.sizes.append((stream, len(keep)))
@@ -266,6 +317,9 @@ class Controller:
             return
         nodes, parents, keep = self.asked
         self.asked = None
+        if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
+            nodes.explore.result(paid=(1 + v.accepted) / self.probe > 1 / self.cost(1, CHAIN))
+            self.probe = None
         proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
 

@@ -120,6 +120,10 @@ class Drafter:
         auto = self.decoder.auto
         return None if auto is None else auto.select(stream or self.name, parents, TREE, 0, allow)
 
+    # decoder.auto: explore ever more rarely while explorations do not pay (auto.py); False for a drafter whose next
+    # candidates come from the target's predictions at the nodes it verified (an exploration feeds it)
+    backoff = True
+
     def draft_cost(self, stream: str, k: int) -> float:
         """Seconds a draft model spends drafting ``k`` tokens (decoder.auto weighs it against the accepted tokens)."""
         return 0.0
@@ -250,7 +254,7 @@ class Decoder:
             self.curves["target"] = curve = Curve(self.target, context, largest_probe(self.target), cache)
             if self.draft is not None:
                 self.curves["draft"] = Curve(self.draft, context, largest_probe(self.draft), cache)
-            self.auto = Controller(curve, self.drafter.draft_cost)
+            self.auto = Controller(curve, self.drafter.draft_cost, self.drafter.backoff)
             for kv in filter(None, (self.target, self.draft)):
                 kv.reset()
         self.auto.begin()
@@ -275,7 +279,7 @@ class Decoder:
         for row in rows:
             row.curves = {role: Batched(curve, n) for role, curve in self.curves.items()}
             if row.auto is None:
-                row.auto = Controller(row.curves["target"], row.drafter.draft_cost)
+                row.auto = Controller(row.curves["target"], row.drafter.draft_cost, row.drafter.backoff)
                 row.auto.streams = copy.deepcopy(self.auto.streams)
             row.auto.cost = row.curves["target"]  # the batch size may change from call to call
             row.auto.begin()

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from specnoise.decoding.auto import CHAIN, EXPLORE, TREE
+from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Backoff
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.ngram import NGramPool, ahead_noise
 from specnoise.decoding.verifier import Proposal, Shape, tree_shape
@@ -123,23 +123,27 @@ class Lookahead(Drafter):
         super().begin(prompt, budget, seed)
         noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
         self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, noise, self.cfg.faithful)
-        self.idle, self.windowed = 0, True  # decoder.auto: plain AR steps since the window last ran
+        self.idle, self.windowed = Backoff(), True  # decoder.auto: when a run of plain AR steps runs the window
 
     def propose(self, room):
         count = None
         if self.decoder.auto is not None:
             # the controller cuts whole n-grams (pool order), the window riding along as extra rows. A step that
             # verifies none is a plain AR step without the window, unless the window is nearly free here (within
-            # 1/EXPLORE of an AR step) or it is every EXPLORE-th such step: the window fills the pool, an investment
-            # the controller cannot price
+            # 1/EXPLORE of an AR step) or the run of such steps is due to explore (auto.Backoff: the EXPLORE-th, then
+            # ever more rarely while the run lasts): the window fills the pool, an investment the controller cannot
+            # price
             m = self.cfg.N - 2 if self.cfg.faithful else self.cfg.N - 1
             cells, cost = self.window.cells(), self.decoder.auto.cost
             n = len(self.window.pool.get(self.seq[-1])) * m
             parents = [-1 if j % m == 0 else j - 1 for j in range(n)]  # each n-gram a chain off the root
             count = self.cut(n, extra=cells, cuts=list(range(0, n + 1, max(m, 1))), parents=parents) // max(m, 1)
-            self.idle = 0 if count else self.idle + 1
+            if count:
+                self.idle = Backoff()
             cheap = cost(1 + cells, TREE) <= cost(1, CHAIN) * (1 + 1 / EXPLORE)
-            self.windowed = bool(count) or cheap or self.idle % EXPLORE == 0
+            self.windowed = bool(count) or cheap or self.idle.due()
+            if self.windowed and not count and not cheap:
+                self.idle.result(paid=False)  # an investment: what it paid shows only in later steps
             if not self.windowed:
                 return self.chain([])
         return self.window.propose(self.seq[-1], self.target.device, count)

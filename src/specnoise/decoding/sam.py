@@ -74,6 +74,7 @@ class SuffixAutomaton:
 
 class SAM(Drafter):
     name = "sam"
+    backoff = False  # its explorations feed its next candidates (auto.py)
 
     def setup(self):
         cfg = self.cfg

@@ -55,6 +55,7 @@ class Plan:
 
 class TokenRecycling(Drafter):
     name = "token_recycling"
+    backoff = False  # its explorations feed its next candidates (auto.py)
 
     def setup(self):
         cfg, target = self.cfg, self.target

@@ -101,6 +101,7 @@ class Tables:
 
 class TRJacobi(Drafter):
     name = "tr_jacobi"
+    backoff = False  # its explorations feed its next candidates (auto.py)
 
     def setup(self):
         cfg = self.cfg
