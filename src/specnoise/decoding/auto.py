@@ -251,9 +251,12 @@ class Controller:
         for nodes in self.streams.values() if self.backoff else ():
             nodes.explore = Backoff()
 
+    def spend(self, stream: str, k: int, kind: str, extra: int) -> float:
+        """Seconds of a step that verifies ``k`` candidates: the target's forward and the drafting of them."""
+        return self.cost(1 + extra + k, kind) + (self.draft_cost(stream, k) if self.draft_cost and k else 0.0)
+
     def rate(self, stream: str, k: int, gain: float, kind: str, extra: int) -> float:
-        spend = self.cost(1 + extra + k, kind) + (self.draft_cost(stream, k) if self.draft_cost and k else 0.0)
-        return gain / spend
+        return gain / self.spend(stream, k, kind, extra)
 
     def choose(self, stream: str, parents: list[int], kind: str, extra: int, cuts: list[int] | None,
                allow: list[bool] | None) -> list[int]:
@@ -284,8 +287,7 @@ class Controller:
             if best or not self.backoff:  # drafting pays here: looking a little further is cheap
                 nodes.explore.result(paid=True)
             elif probe:  # an AR step drafts instead: ``observe`` tells whether that paid
-                self.probe = self.cost(1 + extra + probe, kind) + (self.draft_cost(stream, probe)
-                                                                    if self.draft_cost else 0.0)
+                self.probe = self.spend(stream, probe, kind, extra)
             best = probe
         keep = sorted(order[:best])
         self.asked = (nodes, parents, keep) if keep else None
