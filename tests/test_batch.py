@@ -182,7 +182,7 @@ def test_no_thread_in_decoding():
         assert "threading" not in text and "concurrent.futures" not in text, path.name
 
 
-INDEPENDENT = ["pld", "lookahead", "token_recycling", "sam", "rest", "speculative", "ouroboros"]
+INDEPENDENT = ["jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam", "rest", "speculative", "ouroboros"]
 
 
 @pytest.mark.parametrize("name", INDEPENDENT)

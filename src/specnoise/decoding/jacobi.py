@@ -18,13 +18,11 @@ from specnoise.decoding.verifier import Proposal, read_argmax
 class Jacobi(Drafter):
     name = "jacobi"
 
-    def setup(self):
-        # one noise generator per decoder, seeded once (not per prompt): the committed miniatures' target forwards
-        # were measured so, and `make check-experiments` reproduces them
-        self.generator = torch.Generator().manual_seed(self.cfg.seed)
-
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
+        # per generation: a row's drafts and forwards depend on its prompt and seed only, alone or in any batch, in any
+        # order (as Lookahead's and Ouroboros' noise)
+        self.generator = torch.Generator().manual_seed(seed)
         self.guess = ahead_noise(self.seq, self.cfg.draft_len, self.generator)
 
     def propose(self, room):

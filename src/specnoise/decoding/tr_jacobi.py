@@ -105,9 +105,6 @@ class TRJacobi(Drafter):
 
     def setup(self):
         cfg = self.cfg
-        # one noise generator per decoder, seeded once (not per prompt): the committed miniatures' target forwards
-        # were measured so, and `make check-experiments` reproduces them
-        self.generator = torch.Generator().manual_seed(cfg.seed)
         self.R = cfg.retrieval_len if cfg.retrieval else 0
         auto = cfg.tree == "auto"  # calibrate on the full template, then its best sub-tree (pick_tree)
         self.tree = build_tree(AUTO_TEMPLATE if auto else cfg.tree, cfg.topk, self.R)
@@ -155,6 +152,9 @@ class TRJacobi(Drafter):
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
+        # per generation: a row's drafts and forwards depend on its prompt and seed only, alone or in any batch, in any
+        # order (as Lookahead's and Ouroboros' noise)
+        self.generator = torch.Generator().manual_seed(seed)
         self.C = torch.full((self.tree.rows, self.tree.width), -1, device=self.target.device)  # -1 = empty
         self.first, self.filled = True, 0  # filled: rows of C holding the previous step's top-k
 
