@@ -140,6 +140,9 @@ class Drafter:
         """A generation of up to ``budget`` tokens after ``prompt``; ``seed``: the generation's (sampling drafters
         seed their own draws with it and the prompt)."""
         self.seq = list(prompt)
+        # the generation's noise (Jacobi's ahead noise, Lookahead's and Ouroboros' window), seeded per generation: a
+        # row's drafts and forwards depend on its prompt and seed only, alone or in any batch, in any order
+        self.noise = torch.Generator().manual_seed(seed)
 
     def propose(self, room: int) -> Proposal:
         raise NotImplementedError

@@ -7,8 +7,6 @@ token two places after the last accepted one, so the refreshed chain converges o
 
 from __future__ import annotations
 
-import torch
-
 from specnoise.decoding.auto import CHAIN
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.ngram import ahead_noise
@@ -20,10 +18,7 @@ class Jacobi(Drafter):
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
-        # per generation: a row's drafts and forwards depend on its prompt and seed only, alone or in any batch, in any
-        # order (as Lookahead's and Ouroboros' noise)
-        self.generator = torch.Generator().manual_seed(seed)
-        self.guess = ahead_noise(self.seq, self.cfg.draft_len, self.generator)
+        self.guess = ahead_noise(self.seq, self.cfg.draft_len, self.noise)
 
     def propose(self, room):
         # a step emits at most len(draft) + 1 tokens; decoder.auto may verify fewer slots (the rest is refreshed)
@@ -36,4 +31,4 @@ class Jacobi(Drafter):
             return
         # Jacobi refresh: the prediction after rejected slot a + j becomes the new slot j
         y = v.extra[v.accepted + 1:]
-        self.guess = y + ahead_noise(self.seq, self.cfg.draft_len - len(y), self.generator)
+        self.guess = y + ahead_noise(self.seq, self.cfg.draft_len - len(y), self.noise)

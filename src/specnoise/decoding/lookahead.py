@@ -121,8 +121,7 @@ class Lookahead(Drafter):
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
-        noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
-        self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, noise, self.cfg.faithful)
+        self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, self.noise, self.cfg.faithful)
         self.idle, self.windowed = Backoff(), True  # decoder.auto: when a run of plain AR steps runs the window
 
     def propose(self, room):

@@ -135,8 +135,7 @@ class Ouroboros(Drafter):
         check_draft_context(self.draft, prompt, budget)
         if not self.cfg.reuse_history:
             self.pool.clear()
-        noise = torch.Generator().manual_seed(seed)  # per prompt: speed independent of prompt order
-        self.window = Window(self.cfg.phrase_len + 1, self.cfg.W, self.pool, prompt, noise, self.cfg.faithful)
+        self.window = Window(self.cfg.phrase_len + 1, self.cfg.W, self.pool, prompt, self.noise, self.cfg.faithful)
         if self.drafting.engine is not self.draft:  # a batch row's engine, or back from one
             self.drafting = self.draft_verifier()
         if self.sampled:

@@ -146,15 +146,12 @@ class TRJacobi(Drafter):
             for d, token in enumerate(retrieve(seq, self.cfg.retrieval_ngram, self.R, self.cfg.faithful)):
                 fill[d * tree.width + K] = token
         empty = [c for c in tree.used if fill[c] < 0 and not (c // tree.width < filled and c % tree.width < t.k)]
-        for c, token in zip(empty, ahead_noise(seq[:-1] or seq, len(empty), self.generator)):
+        for c, token in zip(empty, ahead_noise(seq[:-1] or seq, len(empty), self.noise)):
             fill[c] = token
         return upload(fill, self.target.device).view(tree.rows, tree.width)
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
-        # per generation: a row's drafts and forwards depend on its prompt and seed only, alone or in any batch, in any
-        # order (as Lookahead's and Ouroboros' noise)
-        self.generator = torch.Generator().manual_seed(seed)
         self.C = torch.full((self.tree.rows, self.tree.width), -1, device=self.target.device)  # -1 = empty
         self.first, self.filled = True, 0  # filled: rows of C holding the previous step's top-k
 
