@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from helpers_models import save_tiny_model
 from specnoise.config import ASSETS_DIR, config_dir
@@ -49,7 +50,11 @@ def sweep_jobs(preset: str) -> list[list[str]]:
 
 def compose_job(preset: str, job: list[str]):
     with initialize_config_dir(str(CONF), version_base="1.3"):
-        return OmegaConf.to_object(compose("config", overrides=[*job, f"+experiment={preset}"]))
+        cfg = compose("config", overrides=[*job, f"+experiment={preset}"], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # a preset may name its sweep's folder (${hydra:sweep.dir}), as jobs do
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return OmegaConf.to_object(cfg)
 
 
 @pytest.mark.parametrize("preset", PRESETS)

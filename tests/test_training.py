@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -198,3 +199,26 @@ def test_unwritable_output_dir_fails_before_training(tmp_path, base, sft_file):
     final, _ = run(tmp_path, fine_tune("sft", base, sft_file, "train.max_steps=1", "train.output_dir=out/model",
                                        "train.eval_samples=0"))
     assert final == tmp_path / "run" / "out" / "model" and (final / "config.json").is_file()
+
+
+def test_jobs_of_the_same_training_share_one_model(tmp_path, base, sft_file, evaluations):
+    """train.cache_dir: the first job trains and records its model; a job of the same training (bookkeeping aside)
+    trains nothing and takes that model and its training record; another training setting trains anew."""
+    from specnoise.bench.runner import trained_by
+
+    cache = f"train.cache_dir={tmp_path / 'trained'}"
+    steps = fine_tune("msn", base, sft_file, "train.max_steps=2", cache)
+    first, first_dir = run(tmp_path, steps, run_dir="0")
+    assert evaluations == [2]
+    again, again_dir = run(tmp_path, [*steps, "train.logging_steps=5", "train.save_steps=7"], run_dir="1")
+    assert again == first and evaluations == [2]  # nothing trained or evaluated
+    mine, theirs = (json.loads((d / "train_results.json").read_text()) for d in (again_dir, first_dir))
+    assert mine.pop("reused_from") == str(first_dir.resolve()) and mine == theirs
+    assert not (again_dir / "model").exists() and not (again_dir / "checkpoints").exists()
+    assert trained_by(again_dir) == trained_by(first_dir) == "0"  # one report label for the shared model
+    other, _ = run(tmp_path, [*steps, "train.noise.length=2"], run_dir="2")
+    assert other == tmp_path / "2" / "model" and evaluations == [2, 2]
+    assert len(list((tmp_path / "trained").glob("*.json"))) == 2
+    shutil.rmtree(first)  # a recorded model that is gone is trained again
+    retrained, _ = run(tmp_path, steps, run_dir="3")
+    assert retrained == tmp_path / "3" / "model" and evaluations == [2, 2, 2]

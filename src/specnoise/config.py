@@ -240,6 +240,7 @@ class TrainConfig:
     logging_steps: int = 10
     eval_samples: int = 64  # held-out samples for the reported held-out loss
     resume: bool = False
+    cache_dir: str | None = None  # jobs of the same training share one model (training/reuse.py); null = each trains
     gradient_checkpointing: bool = False
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     arch: ArchConfig = field(default_factory=ArchConfig)  # only train=pretrain

@@ -17,11 +17,32 @@ log = logging.getLogger("specnoise.train")
 
 
 def train(conf: Config, cfg: DictConfig, run_dir: Path) -> Path:
-    """Run the configured stage; returns the folder of the saved final model (run_dir / train.output_dir)."""
-    from specnoise.training.preflight import check_noise_fits, check_writable
-    from specnoise.training.trainer import agree_on_run_dir, fit, keep_first_overrides, on_main_process
+    """Run the configured stage; returns the folder of the saved final model (run_dir / train.output_dir), or with
+    ``train.cache_dir`` the model an earlier job of the same training saved (reuse.py)."""
+    from specnoise.training.trainer import agree_on_run_dir, process_state
 
     run_dir = agree_on_run_dir(run_dir)
+    if not conf.train.cache_dir:
+        return train_here(conf, cfg, run_dir)
+    from specnoise.training.reuse import TrainedModels, reuse_into, training_key
+
+    if process_state().num_processes > 1:  # one rank holding the lock while the others train would deadlock
+        raise UserError("train.cache_dir works in one process: drop it (train.cache_dir=null) for an accelerate run")
+    cache, (key, what) = TrainedModels(conf.train.cache_dir), training_key(conf)
+    with cache.lock(key):  # a job of the same training started beside this one waits here, then reuses
+        found = cache.find(key)
+        if found:
+            return reuse_into(found, run_dir)
+        model = train_here(conf, cfg, run_dir)
+        cache.record(key, what, model)
+        return model
+
+
+def train_here(conf: Config, cfg: DictConfig, run_dir: Path) -> Path:
+    """Train the configured stage in this job's folder."""
+    from specnoise.training.preflight import check_noise_fits, check_writable
+    from specnoise.training.trainer import fit, keep_first_overrides, on_main_process
+
     t = conf.train
     if on_main_process():
         check_writable(run_dir / t.output_dir)

@@ -1,0 +1,81 @@
+"""One training, many benchmarks: ``train.cache_dir`` lets the jobs of a sweep that train the same model share it.
+
+A sweep over decoder settings on a model it fine-tunes (``+experiment=msn-figure4-lengths-tiny``: five Jacobi lengths
+on each of three models) would otherwise train each model once per job. With ``train.cache_dir=DIR`` (the presets
+use ``${hydra:sweep.dir}/trained``), the first job to train a model records it as ``DIR/<key>.json``; every later job
+whose training is the same loads that model, copies the recording job's ``train_results.json`` (with ``reused_from``
+added) into its own folder and trains nothing. Report rows name the model after the job that trained it, so the
+jobs that share a model share its label.
+
+The key hashes what decides the weights: the base model (its files' fingerprint, as the trajectory cache keys it),
+the data settings and every ``train`` setting but bookkeeping (``BOOKKEEPING``). It does not hash the data files'
+contents or the code: after changing either, use a new folder. Two jobs of one key started at once (a parallel
+launcher) do not both train: the second waits on the key's lock, then reuses. Off by default (null).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from specnoise.config import Config
+from specnoise.files import write_atomic
+from specnoise.training.trajectories import model_fingerprint
+
+log = logging.getLogger("specnoise.train")
+
+# train settings that do not change the trained weights
+BOOKKEEPING = ("resume", "output_dir", "cache_dir", "logging_steps", "save_steps", "save_total_limit", "num_workers")
+
+
+def training_key(conf: Config) -> tuple[str, dict]:
+    """(key, what it hashes) for this job's training."""
+    train = {k: v for k, v in dataclasses.asdict(conf.train).items() if k not in BOOKKEEPING}
+    base = conf.model.path if conf.train.name != "pretrain" else None
+    what = {"base": model_fingerprint(base, conf.model.revision) if base else None,
+            "data": dataclasses.asdict(conf.data), "train": train}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16], what
+
+
+class TrainedModels:
+    """The models recorded in one ``train.cache_dir``."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder).expanduser().resolve()
+
+    @contextlib.contextmanager
+    def lock(self, key: str):
+        """Held while a job looks up, and if need be trains, the model of ``key``."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with (self.folder / f"{key}.lock").open("w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def find(self, key: str) -> Path | None:
+        """The recorded model's folder, if its record and the model (and its job's train_results.json) exist."""
+        record = self.folder / f"{key}.json"
+        if not record.is_file():
+            return None
+        model = Path(json.loads(record.read_text())["model"])
+        return model if model.is_dir() and (model.parent / "train_results.json").is_file() else None
+
+    def record(self, key: str, what: dict, model: Path) -> None:
+        write_atomic(self.folder / f"{key}.json", json.dumps({"model": str(model.resolve()), **what}, indent=2))
+
+
+def reuse_into(model: Path, run_dir: Path) -> Path:
+    """This job trains nothing: it takes ``model``'s training record as its own (``reused_from`` says whose)."""
+    results = json.loads((model.parent / "train_results.json").read_text())
+    results["reused_from"] = str(model.parent)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(run_dir / "train_results.json", json.dumps(results, indent=2))
+    log.info("train.cache_dir: this training was done by %s; reusing its model %s", model.parent, model)
+    return model
