@@ -174,15 +174,29 @@ def test_noise_length_sweep_trains_then_benchmarks_each_job(tmp_path, random_mod
 
 # ---------------------------------------------------------------------- the presets on shipped models
 # the presets' own subsets (CNN/DM: the first 3 articles that fit the tiny context), short answers
-TINY_OVERRIDES = ["benchmark.max_new_tokens=8", "benchmark.warmup=0", "train.max_steps=2", "train.eval_samples=4",
-                  "logger=none"]
+TINY_OVERRIDES = ["benchmark.max_new_tokens=8", "benchmark.warmup=0", "logger=none"]
+TRAIN_OVERRIDES = ["train.max_steps=2", "train.eval_samples=4"]  # only where the jobs train: refused elsewhere
+# sweeps whose jobs train and whose other jobs do not (the shipped length-4 model): the smoke run keeps the ones that
+# train, as a train.* override would be refused by the others (and without one they would train for an hour)
+TRAINING_JOBS = {"msn-table3-tiny": ["msn_table3=l1,l8"],
+                 "msn-figure4-lengths-tiny": ["msn_table3=l1,l8", "decoder.draft_len=1,8"]}
+
+
+def train_overrides(preset: str) -> list[str]:
+    """TRAIN_OVERRIDES if the preset's jobs (TRAINING_JOBS' selection, where it has one) train, else none."""
+    if preset in TRAINING_JOBS:
+        return TRAIN_OVERRIDES
+    trains = {compose_job(preset, job).train.name != "none" for job in sweep_jobs(preset)}
+    assert len(trains) == 1, f"{preset}: some jobs train, others not: add it to TRAINING_JOBS"
+    return TRAIN_OVERRIDES if True in trains else []
 
 
 @pytest.mark.slow
 @needs_shipped
 @pytest.mark.parametrize("preset", TINY + ["quickstart", "bench-decoders"])
 def test_tiny_preset_smoke_run(tmp_path, preset):
-    specnoise(f"+experiment={preset}", *TINY_OVERRIDES, cwd=tmp_path, timeout=1800)
+    specnoise(f"+experiment={preset}", *TINY_OVERRIDES, *train_overrides(preset), *TRAINING_JOBS.get(preset, []),
+              cwd=tmp_path, timeout=1800)
     (sweep,) = multirun_dirs(tmp_path)
     md = (sweep / "report" / "report.md").read_text()
     assert "## Failed jobs" not in md, md
