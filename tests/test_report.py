@@ -309,3 +309,22 @@ def test_a_crowded_figure_saves_without_warnings(tmp_path):
         warnings.simplefilter("error")
         _save(fig, tmp_path / "crowded.png")
     assert (tmp_path / "crowded.png").read_bytes().startswith(PNG)
+
+
+def test_a_training_sweep_plots_against_its_key(tmp_path):
+    """A sweep over a training setting: each job benchmarks the model it trained (model ``base+msn@JOB``), so the
+    model column differs with the key itself; it is still the axis, with one line per decoder. Jobs that share
+    one trained model per setting (train.cache_dir) keep the model as a line of its own."""
+    for num, length in enumerate((1, 4, 8)):
+        write_job(tmp_path / "s" / str(num), ["train=msn", f"train.noise.length={length}"],
+                  [result_row("ar", model=f"small-code+msn@{num}"),
+                   result_row("jacobi", speedup=1.0 + length / 20, mat=1.1, model=f"small-code+msn@{num}")])
+    build_report([tmp_path / "s"], tmp_path / "out")
+    assert (tmp_path / "out" / "sweep_train.noise.length.png").is_file()
+    # two jobs of one model (@0) at two draft lengths, a second model (@2) at two: the axis is the draft length
+    for num, (model, slots) in enumerate((("@0", 1), ("@0", 4), ("@2", 1), ("@2", 4))):
+        write_job(tmp_path / "f" / str(num), ["train=msn", f"decoder.draft_len={slots}"],
+                  [result_row("ar", model=f"small-code+msn{model}"),
+                   result_row("jacobi", speedup=1.0, mat=1.1, model=f"small-code+msn{model}")])
+    build_report([tmp_path / "f"], tmp_path / "out2")
+    assert (tmp_path / "out2" / "sweep_decoder.draft_len.png").is_file()

@@ -230,9 +230,19 @@ def sweep_key(df: pd.DataFrame, cols: list[str], x: str | None, others: list[str
     for col in cols:
         values = df[col].dropna()
         if values.nunique() > 1 and pd.to_numeric(values, errors="coerce").notna().all() and \
-                varies_alone(df, col, [c for c in others if c != col]):
+                varies_alone(df, col, [c for c in others if c != col and not own_models(df, c, col)]):
             return col
     return None
+
+
+def own_models(df: pd.DataFrame, col: str, x: str) -> bool:
+    """Whether ``col`` is the model column of jobs that each trained their own model (``base+stage@job``), one per
+    value of ``x`` (a sweep over noise length): the label names a job, not a setting, and does not stop ``x`` from
+    being the axis. A model shared by the jobs of one training (``train.cache_dir``) is a setting again."""
+    if col != "model" or not df[col].astype(str).str.contains(r"\+\w+@").all():
+        return False
+    pairs = _text(df[[col, x]]).drop_duplicates()
+    return pairs[col].is_unique and pairs[x].is_unique
 
 
 def varies_alone(df: pd.DataFrame, col: str, others: list[str]) -> bool:
@@ -539,7 +549,7 @@ def build_report(roots: list[Path], out_dir: Path, cfg: ReportConfig | None = No
                           out_dir / f"categories_{metric}.png", by="category")
                 plots.append(out_dir / f"categories_{metric}.png")
         if x:
-            others = [c for c in hue if c != x and not c.endswith("decoder")] + decoder
+            others = [c for c in hue if c != x and not c.endswith("decoder") and not own_models(main, c, x)] + decoder
             plot_sweep(main, x, others, metrics, out_dir / f"sweep_{x.replace('/', '_')}.png")
             plots.append(out_dir / f"sweep_{x.replace('/', '_')}.png")
         if x and x.endswith("batch_size"):  # the batch-size study: AR's own curves belong in it
