@@ -68,6 +68,7 @@ class TrainedModels:
         return model if model.is_dir() and (model.parent / "train_results.json").is_file() else None
 
     def record(self, key: str, what: dict, model: Path) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
         write_atomic(self.folder / f"{key}.json", json.dumps({"model": str(model.resolve()), **what}, indent=2))
 
 
