@@ -8,6 +8,8 @@ Every file is created with mode 0666 minus the umask (0644 under umask 022), lik
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import json
 import os
@@ -47,6 +49,21 @@ def append_durably(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, enabled: bool = True):
+    """``with exclusive(path):`` - one process at a time (others on this host wait), by an flock on ``path``; for jobs
+    of a sweep that would otherwise do the same work twice (a trajectory collection, a training)."""
+    if not enabled:
+        yield
+        return
+    with Path(path).open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 class RunDirBusy(UserError):

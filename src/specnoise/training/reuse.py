@@ -15,16 +15,14 @@ launcher) do not both train: the second waits on the key's lock, then reuses. Of
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import logging
 from pathlib import Path
 
 from specnoise.config import Config
-from specnoise.files import write_atomic
+from specnoise.files import exclusive, write_atomic
 from specnoise.training.trajectories import model_fingerprint
 
 log = logging.getLogger("specnoise.train")
@@ -48,16 +46,10 @@ class TrainedModels:
     def __init__(self, folder: str | Path):
         self.folder = Path(folder).expanduser().resolve()
 
-    @contextlib.contextmanager
     def lock(self, key: str):
         """Held while a job looks up, and if need be trains, the model of ``key``."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        with (self.folder / f"{key}.lock").open("w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return exclusive(self.folder / f"{key}.lock")
 
     def find(self, key: str) -> Path | None:
         """The recorded model's folder, if its record and the model (and its job's train_results.json) exist."""

@@ -21,8 +21,6 @@ Record (one JSON line per prompt): ``{"index", "prompt": ids, "gold": response i
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -35,6 +33,7 @@ from pathlib import Path
 import torch
 
 from specnoise.config import TrajectoryConfig, UserError
+from specnoise.files import exclusive
 
 log = logging.getLogger("specnoise.train")
 
@@ -172,21 +171,8 @@ def collect(model, tokenizer, prompts: list[dict], cfg: TrajectoryConfig, finger
     store.path.parent.mkdir(parents=True, exist_ok=True)
     # two single-process jobs of a sweep (CLLM and Jacobi Forcing share a collection) must not append to the same
     # part file: the second waits for the first, then finds the finished file
-    with _exclusive(store.path.with_suffix(".lock"), state.num_processes == 1):
+    with exclusive(store.path.with_suffix(".lock"), state.num_processes == 1):
         return _collect(model, tokenizer, prompts, cfg, store, state)
-
-
-@contextlib.contextmanager
-def _exclusive(path: Path, enabled: bool):
-    if not enabled:
-        yield
-        return
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _collect(model, tokenizer, prompts, cfg, store, state):
