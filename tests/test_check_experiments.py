@@ -14,6 +14,12 @@ A ``# check: skip REASON`` line leaves a folder out (with its reason). Comment l
 environment variables for the re-run (``OMP_NUM_THREADS=1`` for a miniature that trains: fp32 training on the CPU
 reproduces token for token only with the thread count it ran with).
 
+Miniatures that fine-tune the same model (``msn-table3`` and ``msn-figure4/lengths`` train the same two) say
+``# train-cache: shared``: they share one ``train.cache_dir`` for the whole check run (training/reuse.py), so such a
+model is trained once per check, by whichever miniature gets there first; the other waits on its lock, then reuses
+it. Its report rows then name the model after the other miniature's job (``small-code+msn@5``), so rows are compared
+on the model's name without its ``@job``.
+
 A study that counts what the runner does not record is a short script over the library instead of a
 ``python -m specnoise`` command: a ``# script: PATH`` line (relative to the repository) runs ``python PATH ARGS``, and
 its printed table must equal the folder's ``# output: FILE`` (default ``result.md``) exactly - such a script prints
@@ -78,6 +84,9 @@ def counts(df: pd.DataFrame) -> pd.DataFrame:
     df = df[[k for k in KEYS if k in df] + COUNTS].copy()
     for key in KEYS:  # csv round trips turn job 0 into an int and a missing draft into NaN / "none"
         df[key] = df[key].fillna("none").astype(str) if key in df else "none"
+    # a trained model's label ends in the job that trained it (base+stage@job): with the check's shared training
+    # cache that may be another miniature's job. The row's own job is a key already, so nothing is lost
+    df["model"] = df["model"].str.replace(r"@[^@]*$", "", regex=True)
     return df.set_index(KEYS).sort_index()
 
 
@@ -103,6 +112,9 @@ def test_check_minutes_marks_long_reruns(tmp_path):
     assert command_args(quick) == ["+experiment=x", "logger=none"]
     assert command_env(quick) == {"OMP_NUM_THREADS": "1"} and command_env(long) == {}
     assert command_script(quick) is None
+    assert not shares_training(quick)
+    long.write_text("# check-minutes: 95\n# train-cache: shared\n+experiment=y\n")
+    assert shares_training(long) and command_args(long) == ["+experiment=y"]
     script = tmp_path / "script.txt"
     script.write_text("# script: experiments/x/count.py\n# check-minutes: 2\nbenchmark.limit=3\n")
     assert command_script(script) == (REPO / "experiments/x/count.py", "result.md")
@@ -119,14 +131,30 @@ def test_differences_name_each_changed_row():
                               "benchmark": "humaneval", "category": "all", "new_tokens": [10, 10, 7],
                               "target_forwards": [10, 8, 7]})
     assert differences(committed, committed.assign(draft="none", job=["0", "0", "1"])) == []
+    trained = committed.assign(model="small-code+msn@0")  # the same model, trained by another miniature's job 5
+    assert differences(trained, trained.assign(model="small-code+msn@5")) == []
     rerun = committed.assign(target_forwards=[10, 9, 7]).iloc[:2]
     found = differences(committed, rerun)
     assert len(found) == 2 and "only in the committed report" in found[0] and "[10, 8], re-run = [10, 9]" in found[1]
 
 
+@pytest.fixture(scope="session")
+def shared_train_cache(tmp_path_factory) -> Path:
+    """One ``train.cache_dir`` for every miniature of this check run, across pytest-xdist workers too (each worker's
+    base folder lies in the run's common one)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "trained-models"
+
+
+def shares_training(path: Path) -> bool:
+    """Whether the folder's ``command.txt`` has a ``# train-cache: shared`` line: its jobs train with the check run's
+    shared ``train.cache_dir``. Opt-in, as the cache's key does not hold the thread count that training ran with."""
+    return re.search(r"^#\s*train-cache:\s*shared\b", path.read_text(), flags=re.MULTILINE) is not None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [param(p) for p in COMMANDS])
-def test_committed_miniature_reproduces(command: Path, tmp_path: Path):
+def test_committed_miniature_reproduces(command: Path, tmp_path: Path, shared_train_cache: Path):
     env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
                **command_env(command))
@@ -141,6 +169,8 @@ def test_committed_miniature_reproduces(command: Path, tmp_path: Path):
         assert proc.stdout.strip() == committed, f"{command.parent} does not reproduce:\n{proc.stdout}\nvs\n{committed}"
         return
     args = command_args(command) + [f"hydra.sweep.dir={tmp_path / 'sweep'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    if shares_training(command):
+        args.append(f"train.cache_dir={shared_train_cache}")
     proc = subprocess.run([sys.executable, "-m", "specnoise", *args], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
