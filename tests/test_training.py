@@ -196,6 +196,9 @@ def test_unwritable_output_dir_fails_before_training(tmp_path, base, sft_file):
     with pytest.raises(ConfigError, match="train.output_dir: cannot write to .*a-file/model"):
         run(tmp_path, fine_tune("sft", base, sft_file, f"train.output_dir={tmp_path}/a-file/model"))
     assert not (tmp_path / "run" / "checkpoints").exists()
+    with pytest.raises(ConfigError, match="train.cache_dir: cannot write to .*a-file/trained"):
+        run(tmp_path, fine_tune("sft", base, sft_file, f"train.cache_dir={tmp_path}/a-file/trained"))
+    assert not (tmp_path / "run" / "checkpoints").exists()
     final, _ = run(tmp_path, fine_tune("sft", base, sft_file, "train.max_steps=1", "train.output_dir=out/model",
                                        "train.eval_samples=0"))
     assert final == tmp_path / "run" / "out" / "model" and (final / "config.json").is_file()

@@ -24,10 +24,13 @@ def train(conf: Config, cfg: DictConfig, run_dir: Path) -> Path:
     run_dir = agree_on_run_dir(run_dir)
     if not conf.train.cache_dir:
         return train_here(conf, cfg, run_dir)
+    from specnoise.training.preflight import check_writable
     from specnoise.training.reuse import TrainedModels, reuse_into, training_key
 
     if process_state().num_processes > 1:  # one rank holding the lock while the others train would deadlock
         raise UserError("train.cache_dir works in one process: drop it (train.cache_dir=null) for an accelerate run")
+    # before its lock is taken (an OSError there would name no setting), and before any model loads
+    check_writable(Path(conf.train.cache_dir).expanduser(), "train.cache_dir", "the folder the run started in")
     cache, (key, what) = TrainedModels(conf.train.cache_dir), training_key(conf)
     with cache.lock(key):  # a job of the same training started beside this one waits here, then reuses
         found = cache.find(key)

@@ -25,7 +25,7 @@ from specnoise.training.noise import segment_lengths
 log = logging.getLogger("specnoise.train")
 
 
-def check_writable(folder: Path, key: str = "train.output_dir") -> None:
+def check_writable(folder: Path, key: str = "train.output_dir", relative_to: str = "the run directory") -> None:
     """Create ``folder``, write and remove a probe file; leaves nothing behind that was not there before."""
     created = not folder.exists()
     probe = folder / f".write-test-{os.getpid()}"
@@ -37,7 +37,7 @@ def check_writable(folder: Path, key: str = "train.output_dir") -> None:
             folder.rmdir()
     except OSError as err:
         raise ConfigError(f"{key}: cannot write to {folder} ({type(err).__name__}: {err.strerror or err}); set "
-                          f"{key} to a writable folder (a relative path is inside the run directory)") from err
+                          f"{key} to a writable folder (a relative path is inside {relative_to})") from err
 
 
 def noise_fit_counts(features: list[dict], noise: NoiseConfig) -> Counter:
