@@ -39,6 +39,7 @@ import pandas as pd
 import pytest
 
 from specnoise.report import collect
+from test_experiments import compose_job, needs_shipped, sweep_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = sorted(REPO.glob("experiments/**/command.txt"))
@@ -150,6 +151,22 @@ def shares_training(path: Path) -> bool:
     """Whether the folder's ``command.txt`` has a ``# train-cache: shared`` line: its jobs train with the check run's
     shared ``train.cache_dir``. Opt-in, as the cache's key does not hold the thread count that training ran with."""
     return re.search(r"^#\s*train-cache:\s*shared\b", path.read_text(), flags=re.MULTILINE) is not None
+
+
+@needs_shipped
+def test_miniatures_that_share_training_train_the_same_models():
+    """The shared cache is sound only if the sharing miniatures' training jobs are the same trainings (same training
+    keys) on the same thread count, so each one is trained once, by whichever gets there first."""
+    from specnoise.training.reuse import training_key
+
+    shared = [p for p in COMMANDS if shares_training(p)]
+    assert len(shared) >= 2, "a shared training cache needs two miniatures"
+    keys, threads = [], {command_env(p).get("OMP_NUM_THREADS") for p in shared}
+    for path in shared:
+        (preset,) = [a.split("=", 1)[1] for a in command_args(path) if a.startswith("+experiment=")]
+        jobs = [compose_job(preset, job) for job in sweep_jobs(preset)]
+        keys.append({training_key(conf)[0] for conf in jobs if conf.train.name != "none"})
+    assert len(threads) == 1 and keys[0] and all(k == keys[0] for k in keys), (shared, keys, threads)
 
 
 @pytest.mark.slow

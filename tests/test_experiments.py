@@ -38,10 +38,9 @@ def sweep_jobs(preset: str) -> list[list[str]]:
     with initialize_config_dir(str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
     params = cfg.hydra.sweeper.get("params")
-    params = OmegaConf.to_container(params) if params is not None else {}
     parser = OverridesParser.create()
     dims = []
-    for key, value in (params or {}).items():
+    for key, value in (OmegaConf.to_container(params) if params is not None else {}).items():
         override = parser.parse_override(f"{key}={value}")
         if override.is_interval_sweep():  # an Optuna search's range (+experiment=tune-*): its two ends
             dims.append([f"{key}={override.value().start}", f"{key}={override.value().end}"])
@@ -176,27 +175,6 @@ def test_noise_length_sweep_trains_then_benchmarks_each_job(tmp_path, random_mod
 
 
 # ---------------------------------------------------------------------- the presets on shipped models
-@needs_shipped
-def test_miniatures_that_share_training_train_the_same_models():
-    """`make check-experiments` gives the miniatures whose command.txt says ``# train-cache: shared`` one
-    train.cache_dir: sound only if their training jobs are the same trainings (same training keys) and trained on
-    the same thread count, so each one is trained once, by whichever gets there first."""
-    import re
-
-    from specnoise.training.reuse import training_key
-
-    shared = [p for p in sorted(REPO.glob("experiments/**/command.txt"))
-              if re.search(r"^#\s*train-cache:\s*shared\b", p.read_text(), flags=re.MULTILINE)]
-    assert len(shared) >= 2, "a shared training cache needs two miniatures"
-    keys, threads = [], set()
-    for path in shared:
-        preset = re.search(r"\+experiment=(\S+)", path.read_text()).group(1)
-        threads.add(re.search(r"^#\s*env:\s*OMP_NUM_THREADS=(\S+)", path.read_text(), flags=re.MULTILINE).group(1))
-        jobs = [compose_job(preset, job) for job in sweep_jobs(preset)]
-        keys.append({training_key(conf)[0] for conf in jobs if conf.train.name != "none"})
-    assert len(threads) == 1 and keys[0] and all(k == keys[0] for k in keys), (shared, keys, threads)
-
-
 # the presets' own subsets (CNN/DM: the first 3 articles that fit the tiny context), short answers
 TINY_OVERRIDES = ["benchmark.max_new_tokens=8", "benchmark.warmup=0", "logger=none"]
 TRAIN_OVERRIDES = ["train.max_steps=2", "train.eval_samples=4"]  # only where the jobs train: refused elsewhere
