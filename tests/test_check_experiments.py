@@ -39,6 +39,7 @@ import pandas as pd
 import pytest
 
 from specnoise.report import collect
+from specnoise.training.reuse import without_job
 from test_experiments import compose_job, needs_shipped, sweep_jobs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def counts(df: pd.DataFrame) -> pd.DataFrame:
         df[key] = df[key].fillna("none").astype(str) if key in df else "none"
     # a trained model's label ends in the job that trained it (base+stage@job): with the check's shared training
     # cache that may be another miniature's job. The row's own job is a key already, so nothing is lost
-    df["model"] = df["model"].str.replace(r"@[^@]*$", "", regex=True)
+    df["model"] = df["model"].map(without_job)
     return df.set_index(KEYS).sort_index()
 
 

@@ -207,7 +207,7 @@ def test_unwritable_output_dir_fails_before_training(tmp_path, base, sft_file):
 def test_jobs_of_the_same_training_share_one_model(tmp_path, base, sft_file, evaluations):
     """train.cache_dir: the first job trains and records its model; a job of the same training (bookkeeping aside)
     trains nothing and takes that model and its training record; another training setting trains anew."""
-    from specnoise.bench.runner import trained_by
+    from specnoise.training.reuse import model_label
 
     cache = f"train.cache_dir={tmp_path / 'trained'}"
     steps = fine_tune("msn", base, sft_file, "train.max_steps=2", cache)
@@ -218,7 +218,7 @@ def test_jobs_of_the_same_training_share_one_model(tmp_path, base, sft_file, eva
     mine, theirs = (json.loads((d / "train_results.json").read_text()) for d in (again_dir, first_dir))
     assert mine.pop("reused_from") == str(first_dir.resolve()) and mine == theirs
     assert not (again_dir / "model").exists() and not (again_dir / "checkpoints").exists()
-    assert trained_by(again_dir) == trained_by(first_dir) == "0"  # one report label for the shared model
+    assert model_label("b", "msn", again_dir) == model_label("b", "msn", first_dir) == "b+msn@0"  # one label
     other, _ = run(tmp_path, [*steps, "train.noise.length=2"], run_dir="2")
     assert other == tmp_path / "2" / "model" and evaluations == [2, 2]
     assert len(list((tmp_path / "trained").glob("*.json"))) == 2

@@ -30,6 +30,7 @@ from specnoise.bench.timing import ADVICE, noise_reasons  # noqa: E402
 from specnoise.config import Config, ReportConfig, UserError  # noqa: E402
 from specnoise.files import write_atomic  # noqa: E402
 from specnoise.report_html import write_html  # noqa: E402
+from specnoise.training.reuse import TRAINED_LABEL  # noqa: E402
 
 log = logging.getLogger("specnoise.report")
 
@@ -239,7 +240,7 @@ def own_models(df: pd.DataFrame, col: str, x: str) -> bool:
     """Whether ``col`` is the model column of jobs that each trained their own model (``base+stage@job``), one per
     value of ``x`` (a sweep over noise length): the label names a job, not a setting, and does not stop ``x`` from
     being the axis. A model shared by the jobs of one training (``train.cache_dir``) is a setting again."""
-    if col != "model" or not df[col].astype(str).str.contains(r"\+\w+@").all():
+    if col != "model" or not df[col].astype(str).str.contains(TRAINED_LABEL).all():
         return False
     pairs = _text(df[[col, x]]).drop_duplicates()
     return pairs[col].is_unique and pairs[x].is_unique

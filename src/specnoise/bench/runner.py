@@ -59,6 +59,7 @@ from specnoise.files import write_atomic
 from specnoise.models import LoadedModel, check_same_vocab, load_model, load_tokenizer, model_context
 from specnoise.numerics import describe, use_numerics
 from specnoise.ranks import check_agree
+from specnoise.training.reuse import model_label
 
 log = logging.getLogger("specnoise")
 SHARED_FIELDS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed", "auto", "cost_cache")  # every decoder's
@@ -258,14 +259,6 @@ def run_benchmark(conf: Config, cfg: DictConfig, run_dir: Path, model_path: str 
     return path
 
 
-def trained_by(run_dir: Path) -> str:
-    """The folder name of the job that trained this job's model: its own, or the one it reused the model of
-    (``train.cache_dir``), so the jobs that share a model share its label."""
-    results = run_dir / "train_results.json"
-    reused = json.loads(results.read_text()).get("reused_from") if results.is_file() else None
-    return Path(reused or run_dir).name
-
-
 def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) -> Measured:
     """Samples finished by an earlier attempt in ``run_dir`` are read back, the others measured."""
     conf, bench = setup.conf, setup.conf.benchmark
@@ -276,9 +269,7 @@ def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) ->
     names = list(decoders)
     run_dir.mkdir(parents=True, exist_ok=True)
     prompt_log = PromptLog(run_dir, cfg, names)  # refuses to continue a run with other settings
-    label = conf.model.name
-    if conf.train.name != "none":
-        label += f"+{conf.train.name}@{trained_by(run_dir)}"
+    label = conf.model.name if conf.train.name == "none" else model_label(conf.model.name, conf.train.name, run_dir)
     m = Measured(conf, setup.samples, {name: {} for name in names}, setup.budget,
                  lossless=bench.check_lossless and conf.decoder.temperature == 0, model=label, batch_size=size)
     for s in setup.samples:

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 from pathlib import Path
 
 from specnoise.config import Config
@@ -29,6 +30,8 @@ log = logging.getLogger("specnoise.train")
 
 # train settings that do not change the trained weights
 BOOKKEEPING = ("resume", "output_dir", "cache_dir", "logging_steps", "save_steps", "save_total_limit", "num_workers")
+# a model a job trained, as report rows name it: base+stage@job (the job: the folder of the run that trained it)
+TRAINED_LABEL = re.compile(r"\+\w+@[^@]*$")
 
 
 def training_key(conf: Config) -> tuple[str, dict]:
@@ -72,3 +75,16 @@ def reuse_into(model: Path, run_dir: Path) -> Path:
     write_atomic(run_dir / "train_results.json", json.dumps(results, indent=2))
     log.info("train.cache_dir: this training was done by %s; reusing its model %s", model.parent, model)
     return model
+
+
+def model_label(base: str, stage: str, run_dir: Path) -> str:
+    """``base+stage@job`` for the model this job trained (train.name ``stage`` on ``base``): the job is this run's
+    folder, or the one whose model it reused, so the jobs that share a model share its label."""
+    results = run_dir / "train_results.json"
+    reused = json.loads(results.read_text()).get("reused_from") if results.is_file() else None
+    return f"{base}+{stage}@{Path(reused or run_dir).name}"
+
+
+def without_job(label: str) -> str:
+    """``base+stage``: a trained model's label less the job that trained it (other labels unchanged)."""
+    return label[:label.rindex("@")] if TRAINED_LABEL.search(label) else label
