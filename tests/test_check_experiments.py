@@ -154,6 +154,19 @@ def shares_training(path: Path) -> bool:
     return re.search(r"^#\s*train-cache:\s*shared\b", path.read_text(), flags=re.MULTILINE) is not None
 
 
+def test_committed_html_reports_quote_their_command():
+    """A committed report.html shows its folder's command.txt (``report_html.write_html`` reads it when the report
+    is built), so an edit of command.txt afterwards (a new check-minutes line) must reach the page too."""
+    from specnoise.report_html import esc
+
+    pages = [p.parent / "report.html" for p in COMMANDS if (p.parent / "report.html").is_file()]
+    assert pages, "no committed report.html: the test has nothing to check"
+    stale = [str(page.relative_to(REPO)) for page in pages
+             if f"<h2>Command</h2><pre>{esc((page.parent / 'command.txt').read_text().strip())}</pre>"
+             not in page.read_text()]
+    assert not stale, f"report.html older than its command.txt (rebuild the report, or its Command section): {stale}"
+
+
 @needs_shipped
 def test_miniatures_that_share_training_train_the_same_models():
     """The shared cache is sound only if the sharing miniatures' training jobs are the same trainings (same training
