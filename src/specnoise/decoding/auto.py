@@ -171,10 +171,12 @@ def chain_parents(n: int) -> list[int]:
 
 class Backoff:
     """Which steps explore: the ``EXPLORE``-th, then every ``EXPLORE``-th while exploring pays; after an exploration
-    that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``."""
+    that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``. ``unpaid``: explorations whose worth shows
+    only in later steps (Lookahead's window filling its pool) each count as not paid, so the gaps double from the
+    first one on."""
 
-    def __init__(self):
-        self.steps = 0
+    def __init__(self, unpaid: bool = False):
+        self.steps, self.unpaid = 0, unpaid
         self.gap = self.at = EXPLORE  # the gap after the last exploration, the step of the next one
 
     def due(self) -> bool:
@@ -183,6 +185,8 @@ class Backoff:
         if self.steps < self.at:
             return False
         self.at = self.steps + self.gap  # until ``result`` says otherwise
+        if self.unpaid:
+            self.result(paid=False)
         return True
 
     def result(self, paid: bool) -> None:

@@ -122,7 +122,7 @@ class Lookahead(Drafter):
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
         self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, self.noise, self.cfg.faithful)
-        self.idle, self.windowed = Backoff(), True  # decoder.auto: when a run of plain AR steps runs the window
+        self.idle, self.windowed = Backoff(unpaid=True), True  # decoder.auto: when a run of AR steps runs the window
 
     def propose(self, room):
         count = None
@@ -130,19 +130,17 @@ class Lookahead(Drafter):
             # the controller cuts whole n-grams (pool order), the window riding along as extra rows. A step that
             # verifies none is a plain AR step without the window, unless the window is nearly free here (within
             # 1/EXPLORE of an AR step) or the run of such steps is due to explore (auto.Backoff: the EXPLORE-th, then
-            # ever more rarely while the run lasts): the window fills the pool, an investment the controller cannot
-            # price
+            # ever more rarely while the run lasts, as the window's filling of the pool is an investment the
+            # controller cannot price)
             m = self.cfg.N - 2 if self.cfg.faithful else self.cfg.N - 1
             cells, cost = self.window.cells(), self.decoder.auto.cost
             n = len(self.window.pool.get(self.seq[-1])) * m
             parents = [-1 if j % m == 0 else j - 1 for j in range(n)]  # each n-gram a chain off the root
             count = self.cut(n, extra=cells, cuts=list(range(0, n + 1, max(m, 1))), parents=parents) // max(m, 1)
             if count:
-                self.idle = Backoff()
+                self.idle = Backoff(unpaid=True)
             cheap = cost(1 + cells, TREE) <= cost(1, CHAIN) * (1 + 1 / EXPLORE)
             self.windowed = bool(count) or cheap or self.idle.due()
-            if self.windowed and not count and not cheap:
-                self.idle.result(paid=False)  # an investment: what it paid shows only in later steps
             if not self.windowed:
                 return self.chain([])
         return self.window.propose(self.seq[-1], self.target.device, count)
