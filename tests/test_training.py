@@ -225,3 +225,12 @@ def test_jobs_of_the_same_training_share_one_model(tmp_path, base, sft_file, eva
     shutil.rmtree(first)  # a recorded model that is gone is trained again
     retrained, _ = run(tmp_path, steps, run_dir="3")
     assert retrained == tmp_path / "3" / "model" and evaluations == [2, 2, 2]
+    # the data are keyed by their contents, not their path: a copy elsewhere is the same training, an edit is not
+    copy = tmp_path / "elsewhere" / sft_file.name
+    copy.parent.mkdir()
+    shutil.copy(sft_file, copy)
+    moved, _ = run(tmp_path, fine_tune("msn", base, copy, "train.max_steps=2", cache), run_dir="4")
+    assert moved == retrained and evaluations == [2, 2, 2]
+    copy.write_text(copy.read_text().replace("Write f1.", "Write g1."))
+    edited, _ = run(tmp_path, fine_tune("msn", base, copy, "train.max_steps=2", cache), run_dir="5")
+    assert edited == tmp_path / "5" / "model" and evaluations == [2, 2, 2, 2]

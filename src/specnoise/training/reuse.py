@@ -8,8 +8,9 @@ added) into its own folder and trains nothing. Report rows name the model after 
 jobs that share a model share its label.
 
 The key hashes what decides the weights: the base model (its files' fingerprint, as the trajectory cache keys it),
-the data settings and every ``train`` setting but bookkeeping (``BOOKKEEPING``). It does not hash the data files'
-contents or the code: after changing either, use a new folder. Two jobs of one key started at once (a parallel
+the data settings with a data file's fingerprint in place of its path (the same sampled hash of its contents: a
+moved copy is the same data, an edited file is not) and every ``train`` setting but bookkeeping (``BOOKKEEPING``).
+It does not hash the code: after changing it, use a new folder. Two jobs of one key started at once (a parallel
 launcher) do not both train: the second waits on the key's lock, then reuses. Off by default (null).
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from specnoise.config import Config
 from specnoise.files import exclusive, write_atomic
-from specnoise.training.trajectories import model_fingerprint
+from specnoise.training.trajectories import file_fingerprint, model_fingerprint
 
 log = logging.getLogger("specnoise.train")
 
@@ -38,8 +39,10 @@ def training_key(conf: Config) -> tuple[str, dict]:
     """(key, what it hashes) for this job's training."""
     train = {k: v for k, v in dataclasses.asdict(conf.train).items() if k not in BOOKKEEPING}
     base = conf.model.path if conf.train.name != "pretrain" else None
-    what = {"base": model_fingerprint(base, conf.model.revision) if base else None,
-            "data": dataclasses.asdict(conf.data), "train": train}
+    data = dataclasses.asdict(conf.data)
+    if data["path"] and Path(data["path"]).expanduser().is_file():  # (a python_source folder keeps its path)
+        data["path"] = f"file:{file_fingerprint(data['path'])}"
+    what = {"base": model_fingerprint(base, conf.model.revision) if base else None, "data": data, "train": train}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16], what
 
 
