@@ -38,10 +38,12 @@ test-slow: setup
 	$(BIN)/python -m pytest -m slow
 
 # re-run every committed miniature (experiments/**/command.txt) and compare token and forward counts per row;
-# JOBS=2 runs two at once (pytest-xdist; 0 = one after the other); -quick leaves out the ones that train first (`# check-minutes:` >= 20)
+# JOBS=2 runs two at once (pytest-xdist; 0 = one after the other); -quick leaves out the ones that train first (`# check-minutes:` >= 20);
+# TRAIN_CACHE=DIR: the trained-models folder of an earlier (interrupted) run, whose models are reused
 JOBS ?= 0
+TRAIN_CACHE ?=
 check-experiments: setup
-	$(BIN)/python -m pytest -m slow -n $(JOBS) tests/test_check_experiments.py
+	$(BIN)/python -m pytest -m slow -n $(JOBS) $(if $(TRAIN_CACHE),--train-cache=$(TRAIN_CACHE)) tests/test_check_experiments.py
 
 check-experiments-quick: setup
 	$(BIN)/python -m pytest -m "slow and not long" -n $(JOBS) tests/test_check_experiments.py

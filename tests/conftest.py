@@ -24,6 +24,14 @@ VOCAB = 96
 EOS = 2
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--train-cache", metavar="DIR", default=None,
+        help="tests/test_check_experiments.py: the train.cache_dir the miniatures marked `# train-cache: shared` "
+             "train into (default: a new trained-models folder in the run's base temp). An earlier check run's "
+             "folder reuses the models it recorded: an interrupted check resumes without training them again")
+
+
 def _common(**kw):
     base = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                 num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.3,

@@ -141,9 +141,12 @@ def test_differences_name_each_changed_row():
 
 
 @pytest.fixture(scope="session")
-def shared_train_cache(tmp_path_factory) -> Path:
+def shared_train_cache(tmp_path_factory, pytestconfig) -> Path:
     """One ``train.cache_dir`` for every miniature of this check run, across pytest-xdist workers too (each worker's
-    base folder lies in the run's common one)."""
+    base folder lies in the run's common one); ``--train-cache DIR``: that folder, an earlier run's models in it."""
+    given = pytestconfig.getoption("--train-cache")
+    if given:
+        return Path(given).expanduser().resolve()
     base = tmp_path_factory.getbasetemp()
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "trained-models"
 
@@ -170,7 +173,9 @@ def test_committed_html_reports_quote_their_command():
 @needs_shipped
 def test_miniatures_that_share_training_train_the_same_models():
     """The shared cache is sound only if the sharing miniatures' training jobs are the same trainings (same training
-    keys) on the same thread count, so each one is trained once, by whichever gets there first."""
+    keys) on the same thread count, so each one is trained once, by whichever gets there first; and every job of
+    theirs, those that train nothing too, accepts the check's ``train.cache_dir`` override."""
+    from specnoise.config import refuse_ignored_overrides
     from specnoise.training.reuse import training_key
 
     shared = [p for p in COMMANDS if shares_training(p)]
@@ -179,6 +184,8 @@ def test_miniatures_that_share_training_train_the_same_models():
     for path in shared:
         (preset,) = [a.split("=", 1)[1] for a in command_args(path) if a.startswith("+experiment=")]
         jobs = [compose_job(preset, job) for job in sweep_jobs(preset)]
+        for conf in jobs:
+            refuse_ignored_overrides(conf, ["train.cache_dir=/check/trained-models"])
         keys.append({training_key(conf)[0] for conf in jobs if conf.train.name != "none"})
     assert len(threads) == 1 and keys[0] and all(k == keys[0] for k in keys), (shared, keys, threads)
 

@@ -43,6 +43,7 @@ def test_a_key_no_stage_reads_is_refused_naming_it_and_its_reader(overrides, key
     ["task=forward_cost", "forward_cost.arch=random", "train.arch.hidden_size=64", "forward_cost.q=[1,2]"],
     ["benchmark=humaneval", "benchmark.limit=2", "decoders=[pld]"],
     ["benchmark.max_new_tokens=8", "benchmark.template=raw"],  # a single `prompt` reads them too
+    ["train=none", "benchmark=humaneval", "train.cache_dir=/x"],  # a sweep's jobs that train nothing share nothing
     ["+experiment=jacobi-training-tiny"],  # a preset may set keys of any stage: only overrides are checked
 ])
 def test_keys_the_job_reads_are_accepted(overrides):

@@ -728,6 +728,9 @@ READ_ONLY_BY: list[tuple[str, str, Any]] = [  # (key prefix, who reads it, wheth
     ("train.arch", "train=pretrain (or task=forward_cost with forward_cost.arch=random)",
      lambda c: c.train.name == "pretrain" or (c.task == "forward_cost" and c.forward_cost.arch == "random")),
     ("train.tokenizer_path", "train=pretrain", lambda c: c.train.name == "pretrain"),
+    # where a sweep's trainings share their models: a sweep mixing jobs that train with jobs that do not
+    # (msn_table3=l1,l8,l4-shipped) sets it once for all, and a job that trains nothing has nothing to share
+    ("train.cache_dir", "", lambda c: True),
     ("train.", STAGES, lambda c: c.train.name != "none"),
     ("data", STAGES, lambda c: c.train.name != "none"),
     ("forward_cost", "task=forward_cost", lambda c: c.task == "forward_cost"),
