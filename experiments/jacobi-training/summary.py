@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-ORDER = ["sft-shipped", "msn-shipped", "sft", "msn", "cllm", "jacobi_forcing", "cllm-gold", "jf-nols", "cllm-gold-lr1e-3",
-         "jf-nols-lr1e-3"]
+ORDER = ["sft-shipped", "msn-shipped", "sft", "msn", "cllm", "jacobi_forcing", "cllm-gold", "jf-nols",
+         "cllm-gold-lr1e-3", "jf-nols-lr1e-3"]
 SHIPPED_HELDOUT = {"sft-shipped": 0.836, "msn-shipped": 0.852}  # src/specnoise/assets/models/README.md
 
 
