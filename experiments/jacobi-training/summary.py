@@ -51,7 +51,12 @@ def row(job: Path) -> dict | None:
 
 def main(sweep: str, out: str | None = None) -> pd.DataFrame:
     sweep_dir, out_dir = Path(sweep), Path(out or sweep)
+    if not sweep_dir.is_dir():
+        sys.exit(f"{sweep}: no such sweep directory\n\n{__doc__.strip()}")
     rows = [r for job in sorted(sweep_dir.iterdir()) if job.is_dir() and (r := row(job))]
+    if not any(r["row"] == "sft-shipped" for r in rows):  # every metric is relative to that row
+        sys.exit(f"{sweep}: no finished +jacobi_training=sft-shipped job (the reference row); is it the sweep of "
+                 "+experiment=jacobi-training(-tiny)?")
     df = pd.DataFrame(rows).set_index("row")
     df = df.loc[[r for r in ORDER if r in df.index]]
     ref = df.loc["sft-shipped"]
@@ -83,4 +88,6 @@ def main(sweep: str, out: str | None = None) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
+    if not 1 <= len(sys.argv) - 1 <= 2 or sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__.strip())
     main(*sys.argv[1:])
