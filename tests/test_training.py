@@ -204,6 +204,21 @@ def test_unwritable_output_dir_fails_before_training(tmp_path, base, sft_file):
     assert final == tmp_path / "run" / "out" / "model" and (final / "config.json").is_file()
 
 
+def test_a_data_files_fingerprint_is_its_whole_contents(tmp_path):
+    """train.cache_dir keys a data file by file_fingerprint: a copy elsewhere keeps it, and a same-size edit in the
+    middle of a file of several MiB changes it (a hash of the first and last MiB only would miss that edit)."""
+    from specnoise.training.trajectories import file_fingerprint
+
+    data = bytes(range(256)) * (3 << 12)  # 3 MiB
+    first, copy, edited = tmp_path / "a.jsonl", tmp_path / "b" / "a.jsonl", tmp_path / "c.jsonl"
+    copy.parent.mkdir()
+    first.write_bytes(data)
+    copy.write_bytes(data)
+    middle = len(data) // 2
+    edited.write_bytes(data[:middle] + bytes([data[middle] ^ 1]) + data[middle + 1:])
+    assert file_fingerprint(first) == file_fingerprint(copy) != file_fingerprint(edited)
+
+
 def test_jobs_of_the_same_training_share_one_model(tmp_path, base, sft_file, evaluations):
     """train.cache_dir: the first job trains and records its model; a job of the same training (bookkeeping aside)
     trains nothing and takes that model and its training record; another training setting trains anew."""

@@ -8,8 +8,8 @@ added) into its own folder and trains nothing. Report rows name the model after 
 jobs that share a model share its label.
 
 The key hashes what decides the weights: the base model (its files' fingerprint, as the trajectory cache keys it),
-the data settings with a data file's fingerprint in place of its path (the same sampled hash of its contents: a
-moved copy is the same data, an edited file is not) and every ``train`` setting but bookkeeping (``BOOKKEEPING``).
+the data settings with a hash of a data file's whole contents in place of its path (a moved copy is the same data,
+an edited file is not) and every ``train`` setting but bookkeeping (``BOOKKEEPING``).
 It does not hash the code: after changing it, use a new folder. Two jobs of one key started at once (a parallel
 launcher) do not both train: the second waits on the key's lock, then reuses. Off by default (null).
 """

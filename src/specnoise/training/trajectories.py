@@ -41,8 +41,8 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
 def model_fingerprint(path: str, revision: str | None = None) -> str:
-    """A hash of a local model folder's config and weight files (``add_file``: cheap even for 13 GB of weights, and
-    any retraining changes them); a hub id without a local folder hashes its name+revision."""
+    """A hash of a local model folder's config and weight files (size + first and last MiB of each: cheap even for
+    13 GB of weights, and any retraining changes them); a hub id without a local folder hashes its name+revision."""
     folder = Path(path).expanduser()
     h = hashlib.sha256()
     if not folder.is_dir():
@@ -50,26 +50,24 @@ def model_fingerprint(path: str, revision: str | None = None) -> str:
         return h.hexdigest()[:16]
     for f in sorted(folder.iterdir()):
         if f.name == "config.json" or f.suffix in WEIGHT_SUFFIXES:
-            add_file(h, f, f.name)
+            size = f.stat().st_size
+            h.update(f"{f.name}:{size}".encode())
+            with f.open("rb") as fh:
+                h.update(fh.read(1 << 20))
+                if size > 2 << 20:
+                    fh.seek(-(1 << 20), os.SEEK_END)
+                    h.update(fh.read())
     return h.hexdigest()[:16]
 
 
 def file_fingerprint(path: str | Path) -> str:
-    """A hash of one file's contents (``add_file``), wherever it lies: a moved or copied file keeps it."""
+    """A hash of one file's whole contents, wherever it lies: a moved or copied file keeps it, any edit changes it
+    (unlike a model's weights, an edited data file may keep its size and its first and last MiB)."""
     h = hashlib.sha256()
-    add_file(h, Path(path).expanduser(), "")
+    with Path(path).expanduser().open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):  # (hashlib.file_digest needs Python 3.11)
+            h.update(chunk)
     return h.hexdigest()[:16]
-
-
-def add_file(h, f: Path, name: str) -> None:
-    """Add ``name``, the size and the first and last MiB of file ``f`` to hash ``h``."""
-    size = f.stat().st_size
-    h.update(f"{name}:{size}".encode())
-    with f.open("rb") as fh:
-        h.update(fh.read(1 << 20))
-        if size > 2 << 20:
-            fh.seek(-(1 << 20), os.SEEK_END)
-            h.update(fh.read())
 
 
 def settings(cfg: TrajectoryConfig) -> dict:
