@@ -205,3 +205,30 @@ def test_rest_keeps_a_bounded_number_of_step_graphs(tokenized, tmp_path, monkeyp
     assert out.target_forwards > 3  # more steps (each a new trie shape at most) than the cap
     assert len(decoder.verifier.functions) == len(recorded) <= 3
     assert out.tokens == build_decoder(schema("ar"), tokenized).generate(prompt, 40).tokens
+
+
+def test_a_step_shape_is_recorded_at_its_second_step(tokenized, tmp_path, monkeypatch):
+    """Recording a step's CUDA graph costs several eager runs, which a shape seen once never earns back (REST's tries
+    ran 3x slower per step than AR on an H100 while every new shape was recorded): a shape's first step runs eagerly,
+    its second records it, and later steps replay that one recording. The engine pretends to replay graphs."""
+    import collections
+
+    corpus = write_corpus(tmp_path / "c.jsonl", [{"text": "def add(a, b):\n    return a + b\n" * 3},
+                                                {"text": "for i in range(10):\n    print(i)\n" * 3}])
+    decoder = build_decoder(RESTConfig(corpus=corpus, cache_dir=str(tmp_path / "cache"), min_suffix=1), tokenized)
+    verifier, recorded, uses = decoder.verifier, [], collections.Counter()
+    monkeypatch.setattr(verifier.engine, "graphs", True, raising=False)
+    monkeypatch.setattr(verifier.engine, "graph", lambda fn: recorded.append(fn) or fn, raising=False)
+    function = verifier.function
+
+    def counted(shape, after, rejection):
+        uses[shape, after, rejection] += 1
+        return function(shape, after, rejection)
+
+    monkeypatch.setattr(verifier, "function", counted)
+    prompt = tokenized.tokenizer("def add(a, b):\n")["input_ids"]
+    out = decoder.generate(prompt, 60)
+    assert 1 in uses.values() and max(uses.values()) > 2, uses  # shapes seen once and shapes seen again
+    assert set(verifier.functions) == {key for key, n in uses.items() if n >= 2}
+    assert len(recorded) == len(verifier.functions)  # one recording per kept shape, whatever its later steps
+    assert out.tokens == build_decoder(schema("ar"), tokenized).generate(prompt, 60).tokens

@@ -61,6 +61,10 @@ FORGET = 0.98  # weight of the past per observation of a rank
 EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
 EXPLORE_MAX = 128  # ... every EXPLORE_MAX-th at the least often, while the best cut stays empty (backing off)
 REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP
+# on an engine that records each step shape as a CUDA graph: how much better (in expected tokens per second) a new
+# template pick must be than the last one to replace it. Without it TR-Jacobi made 41 distinct picks over 8
+# HumanEval prompts on an H100, each new one built its tables and recorded its verify graph inside the timed region
+STICKY = 0.02
 
 
 # ---------------------------------------------------------------------------------------------- the cost curve
@@ -96,6 +100,11 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
             saved = json.loads(self.path.read_text())
             self.times = {kind: {int(q): t for q, t in saved["seconds"][kind].items()} for kind in (CHAIN, TREE)}
         self.cached = bool(self.times[CHAIN])
+        self.version = 0
+        # a static engine pads a block to its bucket (static_kv.py): a forward of q tokens costs t(bucket >= q), a
+        # step function that interpolating between probed sizes misses (on a GPU's CUDA graphs t is flat up to the
+        # largest bucket, then an eager forward costs several times more)
+        self.buckets: tuple[int, ...] = tuple(sorted(getattr(engine, "buckets", ()) or ()))
         # a pinned curve that exists is read, never probed or written: a size it lacks is interpolated (beyond its
         # largest, extended linearly), so every run prices every size alike (a probe would time this machine, and
         # writing it back would change the next run's prices)
@@ -108,6 +117,7 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
         if self.pinned:
             return
         qs = [q for q in GRID if q <= largest] + ([largest] if largest not in GRID else [])
+        qs += [b for b in self.buckets if b <= largest] + [b for b in self.buckets if b >= largest][:1]
         todo = sorted({q for q in qs if q not in self.times[CHAIN]} | {1, 2})
         todo = [q for q in todo if q not in self.times[CHAIN] or q not in self.times[TREE]]
         if not todo:
@@ -120,6 +130,7 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
             got = measure_forward_costs(engine, todo, cache_len=self.key["context"], repeats=REPEATS,
                                         warmup=WARMUP, reduce=min, causal=kind == CHAIN, clock=clock)
             self.times[kind].update(got)
+        self.version += 1  # prices derived from the old fit are stale (Controller.price_list)
         engine.clock.host, engine.clock.events = saved
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,6 +140,14 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
         self.fits = None
 
     def __call__(self, q: float, kind: str = CHAIN) -> float:
+        return self.fit(self.padded(q), kind)
+
+    def padded(self, q: float) -> float:
+        """The block a forward of q new tokens runs: a static engine's bucket for q, where q fits one."""
+        return next(b for b in self.buckets if b >= q) if self.buckets and q <= self.buckets[-1] else q
+
+    def fit(self, q: float, kind: str = CHAIN) -> float:
+        """t(q) from the probed sizes, for a block of q tokens as it runs (``padded``)."""
         if getattr(self, "fits", None) is None:
             self.fits = {k: interpolate(v) for k, v in self.times.items()}
             self.priced: dict[tuple[float, str], float] = {}
@@ -158,7 +177,15 @@ class Batched:
         self.curve, self.rows = curve, rows
 
     def __call__(self, q: float, kind: str = CHAIN) -> float:
-        return self.curve(q * self.rows, kind) / self.rows
+        curve = self.curve
+        if not isinstance(curve, Curve):  # (tests price with plain functions)
+            return curve(q * self.rows, kind) / self.rows
+        # every row's block is padded to the step's bucket (batch.py), then rows x that run as one eager forward
+        return curve.fit(curve.padded(q) * self.rows, kind) / self.rows
+
+    @property
+    def version(self) -> int:
+        return getattr(self.curve, "version", 0)
 
     def describe(self) -> dict:
         return {**(self.curve.describe() if hasattr(self.curve, "describe") else {}), "batch": self.rows}
@@ -205,19 +232,25 @@ class Nodes:
         self.trials: list[float] = []
         self.hits: list[float] = []
         self.explore = Backoff()
+        self.last: list[int] | None = None  # the last pick that was not an exploration (Controller.sticky)
 
     def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
         """Each node's chance that its whole path is accepted: its parent's times its own conditional rate
         (hits + 1) / (trials + 1), optimistic for a node never tried (it looks as good as its parent). Nodes not
         allowed (and so their descendants) get -1. Parents come before their children."""
         out: list[float] = []
-        for i, parent in enumerate(parents):
-            t, h = (self.trials[i], self.hits[i]) if i < len(self.trials) else (0.0, 0.0)
+        append, tried, trials, hits = out.append, len(self.trials), self.trials, self.hits
+        for i, parent in enumerate(parents):  # runs for every node at every step: kept to plain list work
             above = 1.0 if parent < 0 else out[parent]
-            # the rate first, then the product, capped at the parent's: (above * (h + 1)) / (t + 1) can round one ulp
-            # above ``above`` when h = t, and a child ranked before its parent breaks the pick's tree
-            rate = (h + 1) / (t + 1)
-            out.append(-1.0 if above < 0 or (allow is not None and not allow[i]) else min(above, above * rate))
+            if above < 0 or (allow is not None and not allow[i]):
+                append(-1.0)
+            elif i < tried:
+                # the rate first, then the product, capped at the parent's: (above * (h + 1)) / (t + 1) can round one
+                # ulp above ``above`` when h = t, and a child ranked before its parent breaks the pick's tree
+                product = above * ((hits[i] + 1) / (trials[i] + 1))
+                append(product if product < above else above)
+            else:
+                append(above)
         return out
 
     def observe(self, parents: list[int], proposed: list[int], accepted: set[int]) -> None:
@@ -239,13 +272,31 @@ class Controller:
     tokens; ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens."""
 
     def __init__(self, cost: Callable[[float, str], float],
-                 draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True):
-        self.cost, self.draft_cost = cost, draft_cost
+                 draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True, sticky: float = 0.0):
+        self.cost, self.draft_cost = cost, draft_cost  # (draft_cost None: drafting costs no draft model)
         self.backoff = backoff  # False: every EXPLORE-th step explores, whatever it paid (Drafter.backoff)
+        self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
         self.streams: dict[str, Nodes] = {}
         self.asked: tuple[Nodes, list[int], list[int]] | None = None  # this step's stream, parents, kept nodes
         self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
+
+    @property
+    def cost(self) -> Callable[[float, str], float]:
+        return self._cost
+
+    @cost.setter
+    def cost(self, cost: Callable[[float, str], float]) -> None:  # a batch's rows are re-priced per batch size
+        self._cost, self.prices = cost, {}
+
+    def price_list(self, kind: str, extra: int, n: int) -> list[float]:
+        """The target forward's seconds for 0..n candidates (and ``extra`` rows) of this kind: every step prices every
+        size, so they are looked up once per curve (a curve that probes more sizes, ``version``, is priced anew)."""
+        key = (kind, extra, n, getattr(self._cost, "version", 0))
+        got = self.prices.get(key)
+        if got is None:
+            got = self.prices[key] = [self._cost(1 + extra + k, kind) for k in range(n + 1)]
+        return got
 
     def begin(self) -> None:
         """A generation starts: a new text, where drafting may pay as it did not in the last one, so every stream
@@ -259,9 +310,6 @@ class Controller:
         """Seconds of a step that verifies ``k`` candidates: the target's forward and the drafting of them."""
         return self.cost(1 + extra + k, kind) + (self.draft_cost(stream, k) if self.draft_cost and k else 0.0)
 
-    def rate(self, stream: str, k: int, gain: float, kind: str, extra: int) -> float:
-        return gain / self.spend(stream, k, kind, extra)
-
     def choose(self, stream: str, parents: list[int], kind: str, extra: int, cuts: list[int] | None,
                allow: list[bool] | None) -> list[int]:
         """The kept nodes (ascending). ``cuts``: prefixes of the given order only, of these sizes; else the k nodes of
@@ -273,17 +321,30 @@ class Controller:
             sizes = range(len(order) + 1)
         else:
             order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
+        # expected accepted tokens per second for each size, the AR step's first: the gain adds the nodes since the
+        # last size, the prices come from the cached list (this runs for every size at every step)
+        price = self.price_list(kind, extra, max(sizes, default=0))
+        draft = self.draft_cost
         best, best_rate, gain, done = 0, 1.0 / self.cost(1, CHAIN), 1.0, 0
         for k in sizes:
             if k == 0:
                 continue
-            # the nodes added since the last size; one node (every size of a template pick) without a generator: this
-            # runs for every size at every step, and adding it alone gives the same float as sum() of it
-            gain += max(p[order[done]], 0.0) if k == done + 1 else sum(max(p[i], 0.0) for i in order[done:k])
+            if k == done + 1:  # one node (every size of a template pick): adding it alone, as sum() of it would
+                gain += p[order[done]] if p[order[done]] > 0.0 else 0.0
+            else:
+                gain += sum(max(p[i], 0.0) for i in order[done:k])
             done = k
-            rate = self.rate(stream, k, gain, kind, extra)
+            rate = gain / (price[k] + draft(stream, k) if draft else price[k])
             if rate > best_rate:
                 best, best_rate = k, rate
+        chosen = order[:best]
+        if self.sticky and cuts is None and nodes.last and all(p[i] >= 0 for i in nodes.last):
+            # a template pick on a graph engine: the last pick stays unless the best beats it by ``sticky``: a new pick
+            # costs its tables and a recorded verify graph, which a pick that changes every step never earns back
+            gain = 1.0 + sum(max(p[i], 0.0) for i in nodes.last)
+            spent = price[len(nodes.last)] + (draft(stream, len(nodes.last)) if draft else 0.0)
+            if gain / spent * (1 + self.sticky) >= best_rate:
+                chosen = nodes.last
         self.probe = None
         if nodes.explore.due():  # look past the best cut now and then
             sizes = list(sizes)
@@ -292,8 +353,10 @@ class Controller:
                 nodes.explore.result(paid=True)
             elif probe:  # an AR step drafts instead: ``observe`` tells whether that paid
                 self.probe = self.spend(stream, probe, kind, extra)
-            best = probe
-        keep = sorted(order[:best])
+            chosen = order[:probe]
+        elif cuts is None:
+            nodes.last = chosen
+        keep = sorted(chosen)
         self.asked = (nodes, parents, keep) if keep else None
         self.sizes.append((stream, len(keep)))
         return keep

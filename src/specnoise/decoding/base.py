@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DECODER_SCHEMAS
-from specnoise.decoding.auto import TREE, Batched, Controller, Curve
+from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve
 from specnoise.decoding.batch import BatchKV, lockstep
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
@@ -127,6 +127,10 @@ class Drafter:
     def draft_cost(self, stream: str, k: int) -> float:
         """Seconds a draft model spends drafting ``k`` tokens (decoder.auto weighs it against the accepted tokens)."""
         return 0.0
+
+    def priced_drafting(self):
+        """``draft_cost`` for the controller, None for a drafter without a draft model (nothing to add per size)."""
+        return None if type(self).draft_cost is Drafter.draft_cost else self.draft_cost
 
     def chain(self, drafts) -> Proposal:
         """A chain of ``drafts`` (a list or a device tensor) after the root."""
@@ -257,7 +261,10 @@ class Decoder:
             self.curves["target"] = curve = Curve(self.target, context, largest_probe(self.target), cache)
             if self.draft is not None:
                 self.curves["draft"] = Curve(self.draft, context, largest_probe(self.draft), cache)
-            self.auto = Controller(curve, self.drafter.draft_cost, self.drafter.backoff)
+            # a step shape is a recorded CUDA graph on a graph engine: there a template's pick changes only for a
+            # clear gain (auto.STICKY)
+            self.auto = Controller(curve, self.drafter.priced_drafting(), self.drafter.backoff,
+                                   STICKY if getattr(self.target, "graphs", False) else 0.0)
             for kv in filter(None, (self.target, self.draft)):
                 kv.reset()
         self.auto.begin()
@@ -282,7 +289,7 @@ class Decoder:
         for row in rows:
             row.curves = {role: Batched(curve, n) for role, curve in self.curves.items()}
             if row.auto is None:
-                row.auto = Controller(row.curves["target"], row.drafter.draft_cost, row.drafter.backoff)
+                row.auto = Controller(row.curves["target"], row.drafter.priced_drafting(), row.drafter.backoff)
                 row.auto.streams = copy.deepcopy(self.auto.streams)
             row.auto.cost = row.curves["target"]  # the batch size may change from call to call
             row.auto.begin()

@@ -70,6 +70,7 @@ class TokenRecycling(Drafter):
         self.parents = [index.get(node[:-1], -1) for node in self.template]  # -1: the root
         self.hooks: dict[int, Recycle] = {}  # by block rows
         self.meta = {"tree": cfg.tree, "tree_nodes": len(self.template), "topk": cfg.topk}
+        self.deepest = max(map(len, self.template))
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
@@ -92,8 +93,9 @@ class TokenRecycling(Drafter):
     def plan(self, room: int) -> Plan | None:
         """The template without nodes deeper than ``room`` (they could never be emitted), under ``decoder.auto`` the
         controller's pick among them; None when none is left."""
-        depth = min(room, max(map(len, self.template)))
-        pick = self.select(self.parents, "token_recycling", [len(node) <= depth for node in self.template])
+        depth = min(room, self.deepest)
+        allow = None if depth == self.deepest else [len(node) <= depth for node in self.template]
+        pick = self.select(self.parents, "token_recycling", allow)
         pick = None if pick is None else tuple(pick)
         if (depth, pick) not in self.plans:
             kept = [node for i, node in enumerate(self.template)

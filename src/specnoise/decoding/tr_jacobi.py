@@ -120,6 +120,7 @@ class TRJacobi(Drafter):
         self.generations = 0
         # by the deepest node kept (cut trees for the last steps before the budget) and decoder.auto's pick
         self.tables: dict[tuple[int, tuple[int, ...] | None], Tables] = {}
+        self.parents: tuple = (None, [])  # decoder.auto: (tree, its nodes' parents), built once per tree
 
     def tables_for(self, budget: int) -> Tables:
         """The tables for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut; under
@@ -127,8 +128,11 @@ class TRJacobi(Drafter):
         depth = min(budget - 1, self.tree.rows)
         pick = None
         if self.decoder.auto is not None:
-            parents = [p - 1 for p in self.tree.parent[1:]]  # node index of each node's parent, -1 = the root
-            pick = tuple(self.select(parents, allow=[len(node) <= depth for node in self.tree.nodes]))
+            tree = self.tree
+            if self.parents[0] is not tree:  # node index of each node's parent, -1 = the root (once per tree)
+                self.parents = (tree, [p - 1 for p in tree.parent[1:]])
+            allow = None if depth == tree.rows else [len(node) <= depth for node in tree.nodes]
+            pick = tuple(self.select(self.parents[1], allow=allow))
         if (depth, pick) not in self.tables:
             tree = self.tree if depth == self.tree.rows and pick is None else cut(self.tree, depth, pick)
             k = min(self.cfg.topk, self.target.vocab_size)

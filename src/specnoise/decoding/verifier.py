@@ -180,6 +180,11 @@ def prompt_generator(seed: int, prompt: list[int]) -> torch.Generator:
 # keeps all of its own, one whose shapes vary almost every step (REST's tries) stops recording at this many and runs
 # its rarer shapes eagerly, instead of holding a graph (and its memory) per step
 MAX_FUNCTIONS = 64
+# a shape is kept (recorded) at its second step, its first runs eagerly: recording costs several eager runs (two
+# warm-up calls and the capture), which a shape seen once (most of REST's tries, a decoder.auto pick in flux) never
+# earns back; measured on an H100, recording every new shape made REST 3x slower per step than AR
+RECORD_AT = 2
+SEEN_MAX = 256  # shapes counted towards RECORD_AT at most (then the count starts over): a shape holds device tensors
 
 
 class Verifier:
@@ -190,6 +195,7 @@ class Verifier:
     def __init__(self, engine, read: Callable[[torch.Tensor], list], sampling=None, vocab: int | None = None):
         self.engine, self.read, self.sampling, self.vocab = engine, read, sampling, vocab
         self.functions: dict[tuple, Callable] = {}
+        self.seen: dict[tuple, int] = {}  # steps of each shape not kept yet
 
     def begin(self, prompt: list[int], seed: int) -> None:
         """A generation starts: the uniforms of its output positions (token draws ``u``, rejection tests ``v``)."""
@@ -254,16 +260,26 @@ class Verifier:
 
     # ------------------------------------------------------------------------------------------ on the device
     def function(self, shape: Shape, after, rejection: bool) -> Callable:
-        """The step's device function for this shape and hook, built (and on a graph engine recorded) once; past
-        ``MAX_FUNCTIONS`` shapes a new one runs eagerly and is not kept."""
+        """The step's device function for this shape and hook: eager at the shape's first step, then built (and on a
+        graph engine recorded) once and kept (``RECORD_AT``); past ``MAX_FUNCTIONS`` kept shapes a new one stays
+        eager."""
         key = (shape, after, rejection)
-        if key not in self.functions:
-            def fn(logits, nodes, u=None, v=None, q=None):
-                return self.verify(shape, after, logits, nodes, u, v, q)
-            if len(self.functions) >= MAX_FUNCTIONS:
-                return fn
-            self.functions[key] = self.engine.graph(fn)
-        return self.functions[key]
+        kept = self.functions.get(key)
+        if kept is not None:
+            return kept
+
+        def fn(logits, nodes, u=None, v=None, q=None):
+            return self.verify(shape, after, logits, nodes, u, v, q)
+        if len(self.functions) >= MAX_FUNCTIONS:
+            return fn
+        seen = self.seen.pop(key, 0) + 1
+        if seen < RECORD_AT:
+            if len(self.seen) >= SEEN_MAX:
+                self.seen.clear()
+            self.seen[key] = seen
+            return fn
+        fn = self.functions[key] = self.engine.graph(fn)
+        return fn
 
     def verify(self, shape: Shape, after, logits, nodes, u, v, q):
         """Returns (what the host reads: [a, block padded to span, path, after's read], after's kept tensors, the
