@@ -178,6 +178,30 @@ def test_lookaheads_window_backs_off_in_a_run_of_ar_steps(target, draft):
     assert windowed == [EXPLORE, 3 * EXPLORE, 7 * EXPLORE, 7 * EXPLORE + gap, 7 * EXPLORE + 2 * gap], windowed
 
 
+def test_lookaheads_window_runs_at_every_step_where_it_costs_little_more_than_an_ar_step(target, draft):
+    """On an H100's CUDA graphs the window's forward costs ~1.10x an AR step (a probed, flat curve's noise): within
+    lookahead.WINDOW_FREE the window fills the pool at every step, as the faithful decoder's does; 10% past it, only
+    the backoff's explorations run it."""
+    from specnoise.decoding import lookahead
+
+    for over, every in ((0.10, True), (lookahead.WINDOW_FREE + 0.10, False)):
+        cost = lambda q, kind=CHAIN, over=over: 1.0 if q <= 1 else 1.0 + over  # noqa: E731
+        decoder = build_decoder(schema("lookahead", auto=True), dataclasses.replace(target, eos_ids=frozenset()),
+                                draft)
+        decoder.curves = {"target": cost}
+        decoder.auto = Controller(cost, None, decoder.drafter.backoff)
+        windowed, propose = [], decoder.drafter.propose
+
+        def spy(room, propose=propose, decoder=decoder, windowed=windowed):
+            proposal = propose(room)
+            windowed.append(decoder.drafter.windowed)
+            return proposal
+
+        decoder.drafter.propose = spy
+        decoder.generate(PROMPTS[0], 60)
+        assert all(windowed) if every else windowed.count(True) < len(windowed) / 2, (over, windowed)
+
+
 def test_auto_is_one_key_on_every_decoder():
     for name, schema_class in DECODER_SCHEMAS.items():
         assert schema_class(auto=True).auto is True, name
