@@ -65,6 +65,7 @@ REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timin
 # template pick must be than the last one to replace it. Without it TR-Jacobi made 41 distinct picks over 8
 # HumanEval prompts on an H100, each new one built its tables and recorded its verify graph inside the timed region
 STICKY = 0.02
+RERANK = 4  # ... and where that is on, a template is ranked anew every RERANK-th step (and at explorations) only
 
 
 # ---------------------------------------------------------------------------------------------- the cost curve
@@ -233,6 +234,7 @@ class Nodes:
         self.hits: list[float] = []
         self.explore = Backoff()
         self.last: list[int] | None = None  # the last pick that was not an exploration (Controller.sticky)
+        self.kept = 0  # steps that reused ``last`` without ranking since the last ranking (RERANK)
 
     def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
         """Each node's chance that its whole path is accepted: its parent's times its own conditional rate
@@ -315,6 +317,15 @@ class Controller:
         """The kept nodes (ascending). ``cuts``: prefixes of the given order only, of these sizes; else the k nodes of
         highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
         nodes = self.streams.setdefault(stream, Nodes())
+        explore = nodes.explore.due()
+        if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < RERANK
+                and (allow is None or all(allow[i] for i in nodes.last))):
+            # a graph engine's template pick between re-rankings: the ranking (every node's p, every size priced) is
+            # Python work that costs ~15% of a graphed step on an H100; the statistics move slowly (FORGET)
+            nodes.kept += 1
+            self.probe = None
+            return self.chose(nodes, parents, sorted(nodes.last), stream)
+        nodes.kept = 0
         p = nodes.p(parents, allow)
         if cuts is None:
             order = sorted((i for i in range(len(p)) if p[i] >= 0), key=lambda i: -p[i])  # stable: ties keep order
@@ -346,7 +357,7 @@ class Controller:
             if gain / spent * (1 + self.sticky) >= best_rate:
                 chosen = nodes.last
         self.probe = None
-        if nodes.explore.due():  # look past the best cut now and then
+        if explore:  # look past the best cut now and then
             sizes = list(sizes)
             probe = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
             if best or not self.backoff:  # drafting pays here: looking a little further is cheap
@@ -356,7 +367,9 @@ class Controller:
             chosen = order[:probe]
         elif cuts is None:
             nodes.last = chosen
-        keep = sorted(chosen)
+        return self.chose(nodes, parents, sorted(chosen), stream)
+
+    def chose(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
         self.asked = (nodes, parents, keep) if keep else None
         self.sizes.append((stream, len(keep)))
         return keep
