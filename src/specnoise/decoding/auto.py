@@ -36,6 +36,11 @@ A cost function is all the controller takes. In a batch of B rows (``Batched``) 
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
 forward: B rows of q tokens each cost about what one forward of B x q tokens costs, so a row's share is t(B x q) / B.
 An AR step is cheaper per row in a batch (t(B) / B), so drafting must beat batched AR, not AR at batch 1.
+
+On an engine that replays CUDA graphs (the compiled static engine) a step is short (0.66 ms for the shipped model on
+an H100) and every new step shape is a recording, so there the controller keeps a template's pick unless a new one
+gains ``STICKY`` and ranks a template every ``RERANK``-th step only; the static engine pads a block to its bucket,
+so its curve prices the bucket (``Curve.padded``). CPU engines rank every step and price every size as probed.
 """
 
 from __future__ import annotations
