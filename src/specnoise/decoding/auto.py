@@ -329,7 +329,7 @@ class Controller:
             # Python work that costs ~15% of a graphed step on an H100; the statistics move slowly (FORGET)
             nodes.kept += 1
             self.probe = None
-            return self.chose(nodes, parents, sorted(nodes.last), stream)
+            return self.picked(nodes, parents, sorted(nodes.last), stream)
         nodes.kept = 0
         p = nodes.p(parents, allow)
         if cuts is None:
@@ -358,8 +358,7 @@ class Controller:
             # a template pick on a graph engine: the last pick stays unless the best beats it by ``sticky``: a new pick
             # costs its tables and a recorded verify graph, which a pick that changes every step never earns back
             gain = 1.0 + sum(max(p[i], 0.0) for i in nodes.last)
-            spent = price[len(nodes.last)] + (draft(stream, len(nodes.last)) if draft else 0.0)
-            if gain / spent * (1 + self.sticky) >= best_rate:
+            if gain / self.spend(stream, len(nodes.last), kind, extra) * (1 + self.sticky) >= best_rate:
                 chosen = nodes.last
         self.probe = None
         if explore:  # look past the best cut now and then
@@ -372,9 +371,10 @@ class Controller:
             chosen = order[:probe]
         elif cuts is None:
             nodes.last = chosen
-        return self.chose(nodes, parents, sorted(chosen), stream)
+        return self.picked(nodes, parents, sorted(chosen), stream)
 
-    def chose(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
+    def picked(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
+        """Record this step's pick (for ``observe`` and ``describe``) and return it."""
         self.asked = (nodes, parents, keep) if keep else None
         self.sizes.append((stream, len(keep)))
         return keep
