@@ -328,6 +328,18 @@ def test_a_pinned_curve_is_created_once_then_only_read(target, tmp_path, monkeyp
     assert again(18) == pytest.approx(first(6) + 12 * (first(6) - first(5)))  # extended linearly
 
 
+def test_a_pinned_curve_prices_another_model_by_a_file_of_its_own(target, draft, tmp_path):
+    """A draft model beside its target under one pinned decoder.cost_cache: the draft gets its own pinned file next
+    to the target's (it was once priced by the target's curve, a bigger model's)."""
+    pinned = tmp_path / "curve.json"
+    mine = Curve(DynamicEngine(target.model), context=20, largest=4, cache_dir=str(pinned))
+    other = Curve(DynamicEngine(draft.model), context=20, largest=4, cache_dir=str(pinned))
+    assert mine.path == pinned and other.path != pinned and other.path.parent == tmp_path
+    assert other.path.is_file() and other.key["parameters"] != mine.key["parameters"]
+    again = Curve(DynamicEngine(draft.model), context=20, largest=4, cache_dir=str(pinned))
+    assert again.pinned and again.path == other.path and again.times == other.times
+
+
 def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_path):
     decoder = build_decoder(schema("pld", auto=True, cost_cache=str(tmp_path)), target, draft)
     prompt = PROMPTS[0]
@@ -337,9 +349,27 @@ def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_
     assert meta["chain_ratio"][1] == 1.0 and "pld" in meta["streams"]
 
 
+def test_the_bound_prices_a_draft_models_forwards_by_its_own_curve(target, draft, tmp_path):
+    """speculative's step is its target forward and its draft forwards: the bound's t_step counts both, the draft
+    ones (as many as the generation ran) priced by the draft engine's curve, so a bound never promises the speed of
+    verification alone."""
+    from specnoise.bench.bound import bounds, forward_log, price
+
+    decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld", "speculative")}
+    prompt = PROMPTS[0]
+    out = bounds(decoders, target.model, prompt, 12, cache_len=len(prompt) + 6, cache_dir=str(tmp_path))
+    assert out["ar"]["draft_seconds"] == out["pld"]["draft_seconds"] == 0.0
+    spec = decoders["speculative"]
+    gen, fed, drafted = forward_log(spec, target.model, prompt, 12, draft.model)
+    assert len(drafted) == gen.draft_forwards > 0 and len(fed) == gen.target_forwards
+    curve = Curve(spec.draft, len(prompt) + 6, max(q for q, _ in drafted), str(tmp_path))  # read from the cache
+    assert out["speculative"]["draft_seconds"] == pytest.approx(price(drafted, curve) / len(fed))
+    assert out["speculative"]["tq_seconds"] > out["speculative"]["draft_seconds"] > 0
+
+
 # ------------------------------------------------------------------------------------------ the curve tells the truth
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["jacobi", "tr_jacobi", "pld"])
+@pytest.mark.parametrize("name", ["jacobi", "tr_jacobi", "pld", "speculative"])
 def test_the_curve_prices_a_runs_forwards_within_15_percent(name, tmp_path):
     """On the shipped small-code-msn at one thread: every target forward a generation ran (its size and kind), priced
     by the run's own curve, adds up to the measured target_seconds within 15% (a quiet machine; not a default test:
@@ -362,19 +392,24 @@ def test_the_curve_prices_a_runs_forwards_within_15_percent(name, tmp_path):
     torch.set_num_threads(1)
     try:
         target = load_model(ModelConfig(name="small-code-msn", path=str(path)))
-        decoder = build_decoder(DECODER_SCHEMAS[name](auto=True, cost_cache=str(tmp_path)), target)
+        small = ASSETS_DIR / "models" / "small-code-draft"
+        draft = load_model(ModelConfig(name="small-code-draft", path=str(small))) if name == "speculative" else None
+        # speculative faithful: its draft forwards are priced by the draft engine's own curve (the bound's t_step)
+        decoder = build_decoder(DECODER_SCHEMAS[name](auto=name != "speculative", cost_cache=str(tmp_path)), target,
+                                draft)
         tok = target.tokenizer
         texts = ["def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
                  "def is_palindrome(s: str) -> bool:\n    \"\"\"Check whether s reads the same backwards.\"\"\"\n",
                  "def sort_by_length(words):\n    \"\"\"Sort words by length, shortest first.\"\"\"\n"]
         prompts_ = [tok(t)["input_ids"] for t in texts]
         decoder.generate(prompts_[0], 64)  # probes the curve (untimed) and warms up
-        curve = decoder.curves["target"]
+        curve = decoder.curves.get("target") or Curve(decoder.target, len(prompts_[0]) + 32, 16, str(tmp_path))
+        drafts = draft and Curve(decoder.draft, len(prompts_[0]) + 32, 16, str(tmp_path))
         predicted = measured = 0.0
         for prompt in prompts_:
-            out, fed = forward_log(decoder, target.model, prompt, 64)
-            predicted += price(fed, curve)
-            measured += out.target_seconds
+            out, fed, fed_draft = forward_log(decoder, target.model, prompt, 64, draft and draft.model)
+            predicted += price(fed, curve) + (price(fed_draft, drafts) if draft else 0.0)
+            measured += out.target_seconds + (out.draft_seconds or 0.0)
         # the curve was probed before the runs, in CPU time; the runs are timed by the wall clock. If the machine's
         # speed moved since (a frequency change) or other jobs share its cores (wall time then runs ahead of CPU
         # time), the comparison says nothing about the curve: probe t(1) again, by the wall clock, and refuse such a

@@ -8,8 +8,10 @@ the forward-cost curve of that kind (``decoding/auto.py``'s ``Curve``, timed on 
 dtype over a cache of the prompts' typical length, cached per machine + model + settings under
 ``decoder.cost_cache``), and t_step is their mean (the prefill priced as the one-token forward AR's first step
 decodes from). This is what tells "TR-Jacobi accepts 2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core CPU
-a 69-token forward costs several one-token forwards, on a GPU about one. The bound leaves out the draft model's time
-(speculative, Ouroboros) and the host's (``other_seconds``).
+a 69-token forward costs several one-token forwards, on a GPU about one. A decoder with a draft model (speculative,
+Ouroboros) pays its draft forwards too: they are logged by the same hook on the draft model, priced by the draft
+engine's own curve and added to t_step (``draft_seconds`` per target forward), since a bound without them promises
+what no step can reach. The bound leaves out the host's time (``other_seconds``).
 
 Not measured (None) where the target's forwards cannot be seen from Python: compiled engines replay graphs.
 """
@@ -24,24 +26,29 @@ from specnoise.decoding.base import Decoder
 log = logging.getLogger("specnoise")
 
 
-def forward_log(decoder: Decoder, model, prompt: list[int], budget: int):
-    """(the generation's output, [(q, kind)] of every target forward it ran, the prefill first)."""
-    fed: list[tuple[int, str]] = []
+def forward_log(decoder: Decoder, model, prompt: list[int], budget: int, draft_model=None):
+    """(the generation's output, [(q, kind)] of every target forward it ran, the prefill first, and the same of the
+    draft model's forwards: empty without ``draft_model``)."""
+    fed: dict[str, list[tuple[int, str]]] = {"target": [], "draft": []}
 
-    def count(module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None:
-            ids = kwargs.get("inputs_embeds")
-        if ids is not None:
-            q = int(ids.shape[1]) if ids.dim() > 1 else int(ids.shape[0])
-            fed.append((q, CHAIN if kwargs.get("attention_mask") is None else TREE))
+    def counter(role):
+        def count(module, args, kwargs):
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if ids is None:
+                ids = kwargs.get("inputs_embeds")
+            if ids is not None:
+                q = int(ids.shape[1]) if ids.dim() > 1 else int(ids.shape[0])
+                fed[role].append((q, CHAIN if kwargs.get("attention_mask") is None else TREE))
+        return count
 
-    handle = model.register_forward_pre_hook(count, with_kwargs=True)
+    handles = [m.register_forward_pre_hook(counter(role), with_kwargs=True)
+               for role, m in (("target", model), ("draft", draft_model)) if m is not None]
     try:
         out = decoder.generate(prompt, budget)
     finally:
-        handle.remove()
-    return out, fed
+        for handle in handles:
+            handle.remove()
+    return out, fed["target"], fed["draft"]
 
 
 def price(forwards: list[tuple[int, str]], curve) -> float:
@@ -52,12 +59,14 @@ def price(forwards: list[tuple[int, str]], curve) -> float:
 def bounds(decoders: dict[str, Decoder], model, prompt: list[int], budget: int, cache_len: int,
            cache_dir: str | None = None, timed: bool = True) -> dict[str, dict[str, float | None]]:
     """Per decoder: ``verify_block`` (mean q per target forward), ``tree_share`` (forwards fed with a mask) and this
-    machine's ``t1_seconds`` / ``tq_seconds`` (the mean priced forward); the bound itself needs each row's MAT and is
+    machine's ``t1_seconds`` / ``tq_seconds`` (the mean priced step per target forward, its draft forwards included)
+    and ``draft_seconds`` (their part of it; 0 without a draft model); the bound itself needs each row's MAT and is
     computed with it (``timing.cost_bound``). Empty when no forward could be counted. ``timed=False``: the blocks
     only, no curve probed (a batched job, whose rows a batch-1 curve does not price)."""
-    logs = {}
+    logs, drafts = {}, {}
     for name, decoder in decoders.items():
-        fed = forward_log(decoder, model, prompt, budget)[1]
+        draft = getattr(decoder, "draft", None)
+        _, fed, drafts[name] = forward_log(decoder, model, prompt, budget, draft.model if draft else None)
         logs[name] = [(1, CHAIN)] + fed[1:] if fed else fed  # the prefill as the one-token step AR decodes from
     for decoder in decoders.values():
         decoder.reset_history()
@@ -68,8 +77,21 @@ def bounds(decoders: dict[str, Decoder], model, prompt: list[int], budget: int, 
               for name, fed in logs.items()}
     if not timed:
         return {name: {**b, "t1_seconds": None, "tq_seconds": None} for name, b in blocks.items()}
-    ar = decoders["ar"].target
-    largest = max(q for fed in logs.values() for q, _ in fed)
-    curve = Curve(ar, min(cache_len, ar.max_length - largest - 1), largest, cache_dir)
-    return {name: {**blocks[name], "t1_seconds": curve(1), "curve": curve.describe(),
-                   "tq_seconds": price(fed, curve) / len(fed) if fed else None} for name, fed in logs.items()}
+    curves: dict[int, Curve] = {}
+
+    def curve_of(engine, fed):  # one per engine (a draft model shared by decoders is probed once)
+        largest = max(q for q, _ in fed)
+        if id(engine) not in curves:
+            curves[id(engine)] = Curve(engine, min(cache_len, engine.max_length - largest - 1), largest, cache_dir)
+        curve = curves[id(engine)]
+        curve.ensure(engine, largest)
+        return curve
+
+    curve = curve_of(decoders["ar"].target, [f for fed in logs.values() for f in fed])
+    out = {}
+    for name, fed in logs.items():
+        draft = price(drafts[name], curve_of(decoders[name].draft, drafts[name])) if drafts[name] else 0.0
+        per = draft / len(fed) if fed else 0.0
+        out[name] = {**blocks[name], "t1_seconds": curve(1), "curve": curve.describe(), "draft_seconds": per,
+                     "tq_seconds": price(fed, curve) / len(fed) + per if fed else None}
+    return out

@@ -557,7 +557,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "verify_block": bound.get("verify_block"), "cost_ratio": tq / t1 if t1 and tq else None,
         "cost_bound": timing.cost_bound(mat, t1, tq),
         "why": timing.explain(name, mat, bound.get("verify_block"), tq / t1 if t1 and tq else None,
-                              timing.cost_bound(mat, t1, tq), speedup),
+                              timing.cost_bound(mat, t1, tq), speedup,
+                              (bound.get("draft_seconds") or 0.0) / t1 if t1 and tq else 0.0),
         "speedup_exceeds_mat": speedup > mat * 1.0001 if name != base else False,  # impossible for a real timing
         # batching: rows decoded together, and the speedup against AR at batch 1 (the group's tokens per second
         # against AR's one prompt at a time; equal to `speedup` at batch size 1)

@@ -83,12 +83,16 @@ def calibration_warning(rows: list[dict]) -> str | None:
 
 
 def explain(name: str, mat: float, block: float | None, ratio: float | None, bound: float | None,
-            speedup: float) -> str:
-    """One line a reader understands: what the decoder accepts, what its forwards cost here, and what follows."""
+            speedup: float, draft_ratio: float = 0.0) -> str:
+    """One line a reader understands: what the decoder accepts, what its forwards cost here, and what follows.
+    ``ratio``: a step's priced cost over a one-token forward, ``draft_ratio`` of it in draft-model forwards."""
     if block is None or ratio is None or bound is None:
         return f"{name} accepts {mat:.2f} tokens per target forward (no cost curve measured)"
     head = (f"{name} accepts {mat:.2f} tokens per forward, a forward of {block:.1f} tokens costs {ratio:.2f}x one "
             "token")
+    if draft_ratio:
+        head = (f"{name} accepts {mat:.2f} tokens per forward, a step (a forward of {block:.1f} tokens and its "
+                f"drafting) costs {ratio:.2f}x one token, {draft_ratio:.2f}x of it in the draft model")
     if name == "ar":
         return f"{head}: the baseline"
     if bound < 1:

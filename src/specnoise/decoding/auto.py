@@ -50,6 +50,7 @@ import json
 import logging
 import os
 import platform
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +89,19 @@ def machine_key(engine, context: int) -> dict:
     }
 
 
+def pinned_file(path: Path, key: dict) -> Path:
+    """A pinned curve file belongs to the model it was probed on: another model (a draft beside its target) is
+    priced by a file of its own beside it, ``<stem>.<model>.json``, pinned alike (so a draft model's forwards are
+    never priced by its target's curve)."""
+    if not path.exists():
+        return path
+    saved = json.loads(path.read_text())["key"]
+    if (saved.get("parameters"), Path(saved.get("model", "")).name) == (key["parameters"], Path(key["model"]).name):
+        return path
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(key["model"]).name) or "model"
+    return path.with_name(f"{path.stem}.{name}-{key['parameters']}.json")
+
+
 class Curve:
     """t(q, kind) in seconds on ``engine`` over a cache of ``context`` tokens (the engine's own cache, topped up with
     random tokens): measured for the sizes a run needs (at least up to ``largest``), read from / written to
@@ -100,7 +114,7 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
         digest = hashlib.sha1(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:16]
         self.path = Path(cache_dir) / f"forward-cost-{digest}.json" if cache_dir else None
         if cache_dir and cache_dir.endswith(".json"):  # a pinned curve: this file whatever the machine (reproducible)
-            self.path = Path(cache_dir)
+            self.path = pinned_file(Path(cache_dir), self.key)
         self.times: dict[str, dict[int, float]] = {CHAIN: {}, TREE: {}}
         if self.path is not None and self.path.exists():
             saved = json.loads(self.path.read_text())
