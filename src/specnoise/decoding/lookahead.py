@@ -126,10 +126,19 @@ WINDOW_FREE = 0.25
 class Lookahead(Drafter):
     name = "lookahead"
 
+    def setup(self):
+        # decoder.auto: when a run of AR steps runs the window; kept across prompts, as the controller's schedule
+        self.idle = Backoff(unpaid=True)
+
+    def fork(self, decoder):
+        clone = super().fork(decoder)
+        clone.idle = Backoff(unpaid=True)  # a row's own
+        return clone
+
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
         self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, self.noise, self.cfg.faithful)
-        self.idle, self.windowed = Backoff(unpaid=True), True  # decoder.auto: when a run of AR steps runs the window
+        self.windowed = True
 
     def propose(self, room):
         count = None
