@@ -117,14 +117,14 @@ def verdict(proposed: int, accepted: int):
     return SimpleNamespace(accepted=accepted, shape=SimpleNamespace(nodes=proposed), path=list(range(accepted + 1)))
 
 
-def test_exploration_backs_off_while_the_best_pick_stays_empty_and_returns_when_drafting_pays():
-    """Where the best pick is an AR step, a stream explores at steps 16, 48, 112, 240, ... (the gap doubling up to
-    EXPLORE_MAX), across generations; an exploration is judged by the statistics it feeds, not by its own step (a
-    lucky one does not bring the gap back); once the statistics make drafting pay, the gap is EXPLORE again."""
+def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
+    """Where the best pick is an AR step, a stream whose explorations do not pay explores at steps 16, 48, 112, 240,
+    ... (the gap doubling up to EXPLORE_MAX); one that pays brings the gap back to EXPLORE. A new generation explores
+    at its 16th step, then, if that does not pay, goes on at the gap the last one reached."""
     cost = lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1)  # noqa: E731 - PROBE = 4 drafts cost 2.5 AR steps
     controller = Controller(cost)
     controller.streams["s"] = nodes = Nodes()
-    nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # rarely accepted: the best pick is empty
+    nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # never accepted: the best pick is empty
 
     def run(steps: int, accepted: int) -> list[int]:
         explored = []
@@ -132,25 +132,19 @@ def test_exploration_backs_off_while_the_best_pick_stays_empty_and_returns_when_
             k = controller.size("s", 8)
             if k:
                 explored.append(i + 1)
-                controller.observe(verdict(k, min(accepted, k)))
+                controller.observe(verdict(k, accepted))
         return explored
 
     explored = run(600, accepted=0)
     assert explored[:4] == [EXPLORE, 3 * EXPLORE, 7 * EXPLORE, 15 * EXPLORE], explored
     assert [b - a for a, b in zip(explored[3:], explored[4:])] == [auto.EXPLORE_MAX] * (len(explored) - 4)
-    controller.begin()  # a new generation keeps the schedule: the next exploration is EXPLORE_MAX after the last
-    assert run(auto.EXPLORE_MAX, accepted=0) == [explored[-1] + auto.EXPLORE_MAX - 600]
-    lucky = run(auto.EXPLORE_MAX, accepted=auto.PROBE)  # one exploration accepts its 4 drafts (2.5 steps' price)
-    assert len(lucky) == 1 and run(auto.EXPLORE_MAX, accepted=0) == lucky  # ... yet the gap stays EXPLORE_MAX
-    nodes.hits = list(nodes.trials)  # the statistics say drafting pays: every step drafts
-    assert run(3 * EXPLORE, accepted=8) == list(range(1, 3 * EXPLORE + 1))
-    nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # ... until it does not: the gaps start over from EXPLORE
-    explored = run(8 * EXPLORE, accepted=0)
-    assert [b - a for a, b in zip(explored, explored[1:])][:2] == [2 * EXPLORE, 4 * EXPLORE], explored
-    controller = Controller(cost, backoff=False)  # a drafter that explorations feed (Drafter.backoff)
-    controller.streams["s"] = nodes = Nodes()
-    nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
-    assert run(8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]  # every EXPLORE-th step
+    controller.begin()  # a new generation: the 16th step explores again, then the gap is EXPLORE_MAX still
+    assert run(EXPLORE + auto.EXPLORE_MAX, accepted=0) == [EXPLORE, EXPLORE + auto.EXPLORE_MAX]
+    controller.begin()
+    explored = run(4 * EXPLORE, accepted=auto.PROBE)  # 5 tokens for 2.5 steps' price: each exploration pays
+    assert explored == [EXPLORE, 2 * EXPLORE, 3 * EXPLORE, 4 * EXPLORE], explored
+    controller.backoff = False  # a drafter that explorations feed (Drafter.backoff): every EXPLORE-th step
+    assert run(8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]
 
 
 def test_drafters_fed_by_their_explorations_do_not_back_off(target, draft):

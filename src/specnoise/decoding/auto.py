@@ -25,11 +25,12 @@ exponential forgetting (weight 0.98 per observation, a half-life of ~35), so the
 never tried looks as good as its parent (optimism: the pick grows until it learns better), and every
 ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed. Where
 the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft model dearer than what it
-saves), an exploration is an AR step turned into a draft whose verdict the statistics learn from; while the best
-pick stays empty at an exploration, the gap to the next one doubles, up to ``EXPLORE_MAX``, and a non-empty best
-pick brings it back to ``EXPLORE`` (an exploration is judged by the statistics it feeds, not by its own step's
-tokens: one lucky step reset the gap and kept Jacobi exploring every 16th step). The schedule is kept across
-generations, like the statistics (restarting it per prompt tripled the explorations of a 128-token generation). Drafters
+saves), an exploration is an AR step turned into a draft: when its accepted tokens per second fall short of an AR
+step's, the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays, or a non-empty best pick,
+brings it back to ``EXPLORE``. A new generation (a new text, where drafting may pay again) explores at its
+``EXPLORE``-th step, and if that does not pay either the gap goes on doubling from where the last generation left
+it (restarting the doubling per prompt made 2-3 explorations per 128-token generation, each a draft model's
+catch-up over the whole text for speculative decoding and Ouroboros). Drafters
 whose next candidates are made from what the target predicts at the verified nodes (TR-Jacobi's candidate matrix,
 Token Recycling's adjacency matrix, SAM's fallback) do not back off (``Drafter.backoff``): an exploration feeds them
 candidates, a value that its own accepted tokens do not show, and backing off cost them forwards in the miniature.
@@ -220,9 +221,9 @@ def chain_parents(n: int) -> list[int]:
 
 class Backoff:
     """Which steps explore: the ``EXPLORE``-th, then every ``EXPLORE``-th while exploring pays; after an exploration
-    that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``. ``unpaid``: every exploration counts as not
-    paid (Lookahead's window, whose filling of the pool shows only in later steps), so the gaps double from the first
-    one on."""
+    that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``. ``unpaid``: explorations whose worth shows
+    only in later steps (Lookahead's window filling its pool) each count as not paid, so the gaps double from the
+    first one on."""
 
     def __init__(self, unpaid: bool = False):
         self.steps, self.unpaid = 0, unpaid
@@ -237,6 +238,10 @@ class Backoff:
         if self.unpaid:
             self.result(paid=False)
         return True
+
+    def restart(self) -> None:
+        """A new generation: explore at its ``EXPLORE``-th step, the gap kept (``result`` doubles it from there)."""
+        self.steps, self.at = 0, EXPLORE
 
     def result(self, paid: bool) -> None:
         """What the last exploration was worth: the next one comes ``EXPLORE`` steps after it if it paid, else after
@@ -301,6 +306,7 @@ class Controller:
         self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
         self.streams: dict[str, Nodes] = {}
         self.asked: tuple[Nodes, list[int], list[int]] | None = None  # this step's stream, parents, kept nodes
+        self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
 
     @property
@@ -321,9 +327,12 @@ class Controller:
         return got
 
     def begin(self) -> None:
-        """A generation starts: a new size record (the statistics and the exploration schedule stay)."""
+        """A generation starts: a new text, where drafting may pay as it did not in the last one, so every stream
+        explores at its ``EXPLORE``-th step again (its statistics and its gap stay: ``Backoff.restart``)."""
         self.sizes = []
-        self.asked = None
+        self.asked = self.probe = None
+        for nodes in self.streams.values() if self.backoff else ():
+            nodes.explore.restart()
 
     def spend(self, stream: str, k: int, kind: str, extra: int) -> float:
         """Seconds of a step that verifies ``k`` candidates: the target's forward and the drafting of them."""
@@ -340,6 +349,7 @@ class Controller:
             # a graph engine's template pick between re-rankings: the ranking (every node's p, every size priced) is
             # Python work that costs ~15% of a graphed step on an H100; the statistics move slowly (FORGET)
             nodes.kept += 1
+            self.probe = None
             return self.picked(nodes, parents, sorted(nodes.last), stream)
         nodes.kept = 0
         p = nodes.p(parents, allow)
@@ -371,12 +381,14 @@ class Controller:
             gain = 1.0 + sum(max(p[i], 0.0) for i in nodes.last)
             if gain / self.spend(stream, len(nodes.last), kind, extra) * (1 + self.sticky) >= best_rate:
                 chosen = nodes.last
+        self.probe = None
         if explore:  # look past the best cut now and then
             sizes = list(sizes)
             probe = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
-            # drafting pays here (looking a little further is cheap), or else an AR step drafts instead: what it
-            # accepts goes into the statistics, which make the best pick non-empty if drafting pays after all
-            nodes.explore.result(paid=bool(best) or not self.backoff)
+            if best or not self.backoff:  # drafting pays here: looking a little further is cheap
+                nodes.explore.result(paid=True)
+            elif probe:  # an AR step drafts instead: ``observe`` tells whether that paid
+                self.probe = self.spend(stream, probe, kind, extra)
             chosen = order[:probe]
         elif cuts is None:
             nodes.last = chosen
@@ -413,6 +425,9 @@ class Controller:
             return
         nodes, parents, keep = self.asked
         self.asked = None
+        if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
+            nodes.explore.result(paid=(1 + v.accepted) / self.probe > 1 / self.cost(1, CHAIN))
+            self.probe = None
         proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
 

@@ -127,7 +127,7 @@ class Lookahead(Drafter):
     name = "lookahead"
 
     def setup(self):
-        # decoder.auto: when a run of AR steps runs the window; kept across prompts, as the controller's schedule
+        # decoder.auto: when a run of AR steps runs the window; its gap kept across prompts (Backoff.restart)
         self.idle = Backoff(unpaid=True)
 
     def fork(self, decoder):
@@ -138,6 +138,7 @@ class Lookahead(Drafter):
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
         self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, self.noise, self.cfg.faithful)
+        self.idle.restart()  # a new text: the window explores at the EXPLORE-th AR step again, the gap kept
         self.windowed = True
 
     def propose(self, room):
