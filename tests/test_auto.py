@@ -357,7 +357,7 @@ def test_the_bound_prices_a_draft_models_forwards_by_its_own_curve(target, draft
 
     decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld", "speculative")}
     prompt = PROMPTS[0]
-    out = bounds(decoders, target.model, prompt, 12, cache_len=len(prompt) + 6, cache_dir=str(tmp_path))
+    out = bounds(decoders, target.model, [prompt], 12, cache_len=len(prompt) + 6, cache_dir=str(tmp_path))
     assert out["ar"]["draft_seconds"] == out["pld"]["draft_seconds"] == 0.0
     spec = decoders["speculative"]
     gen, fed, drafted = forward_log(spec, target.model, prompt, 12, draft.model)
@@ -365,6 +365,19 @@ def test_the_bound_prices_a_draft_models_forwards_by_its_own_curve(target, draft
     curve = Curve(spec.draft, len(prompt) + 6, max(q for q, _ in drafted), str(tmp_path))  # read from the cache
     assert out["speculative"]["draft_seconds"] == pytest.approx(price(drafted, curve) / len(fed))
     assert out["speculative"]["tq_seconds"] > out["speculative"]["draft_seconds"] > 0
+
+
+def test_the_bound_counts_one_generation_per_category(target, draft, tmp_path):
+    """The verify block is the mean over one generation of each prompt given (the runner passes each category's
+    longest): a decoder.auto decoder's blocks depend on the text, and one prompt's need not be the run's."""
+    from specnoise.bench.bound import bounds, forward_log
+
+    decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld")}
+    both = bounds(decoders, target.model, PROMPTS[:2], 12, cache_len=30, timed=False)
+    fed = [forward_log(decoders["pld"], target.model, prompt, 12)[1] for prompt in PROMPTS[:2]]
+    blocks = [q for log in fed for q in [1] + [q for q, _ in log[1:]]]  # each prefill as a one-token step
+    assert both["pld"]["verify_block"] == pytest.approx(sum(blocks) / len(blocks))
+    assert both["ar"]["verify_block"] == 1.0
 
 
 # ------------------------------------------------------------------------------------------ the curve tells the truth

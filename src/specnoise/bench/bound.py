@@ -1,17 +1,18 @@
 """The cost-model bound of each decoder, measured after the timing on this machine.
 
-A decoder's step verifies q tokens and accepts MAT of them on average, so it runs at most ``MAT x t(1) / t_step``
-times faster than AR, t_step being what its target forwards cost here. Both come from the run itself: a hook on the
-target model logs every forward of one untimed generation of the longest measured prompt per decoder (its size q
-and its kind: a chain fed as a plain causal block, or a tree / window fed with a 4D mask); each forward is priced by
-the forward-cost curve of that kind (``decoding/auto.py``'s ``Curve``, timed on AR's engine at the run's threads and
-dtype over a cache of the prompts' typical length, cached per machine + model + settings under
-``decoder.cost_cache``), and t_step is their mean (the prefill priced as the one-token forward AR's first step
-decodes from). This is what tells "TR-Jacobi accepts 2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core CPU
-a 69-token forward costs several one-token forwards, on a GPU about one. A decoder with a draft model (speculative,
+A decoder's step verifies q tokens and accepts MAT of them on average, so it runs at most ``MAT x t(1) / t_step`` times
+faster than AR, t_step being what its target forwards cost here. Both come from the run itself: a hook on the target
+model logs every forward (its size q and its kind: a chain fed as a plain causal block, or a tree / window fed with a 4D
+mask) of one untimed generation per decoder of the longest measured prompt of each category (a decoder.auto decoder
+sizes its blocks by the text: on Spec-Bench the longest prompt alone once gave 1.1-1.3-token blocks to rows whose MAT
+was 1.4-1.9); each forward is priced by the forward-cost curve of that kind (``decoding/auto.py``'s ``Curve``, timed on
+AR's engine at the run's threads and dtype over a cache of the prompts' typical length, cached per machine + model +
+settings under ``decoder.cost_cache``), and t_step is their mean (the prefill priced as the one-token forward AR's first
+step decodes from). This is what tells "TR-Jacobi accepts 2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core
+CPU a 69-token forward costs several one-token forwards, on a GPU about one. A decoder with a draft model (speculative,
 Ouroboros) pays its draft forwards too: they are logged by the same hook on the draft model, priced by the draft
-engine's own curve and added to t_step (``draft_seconds`` per target forward), since a bound without them promises
-what no step can reach. The bound leaves out the host's time (``other_seconds``).
+engine's own curve and added to t_step (``draft_seconds`` per target forward), since a bound without them promises what
+no step can reach. The bound leaves out the host's time (``other_seconds``).
 
 Not measured (None) where the target's forwards cannot be seen from Python: compiled engines replay graphs.
 """
@@ -56,18 +57,21 @@ def price(forwards: list[tuple[int, str]], curve) -> float:
     return sum(curve(q, kind) for q, kind in forwards)
 
 
-def bounds(decoders: dict[str, Decoder], model, prompt: list[int], budget: int, cache_len: int,
+def bounds(decoders: dict[str, Decoder], model, prompts: list[list[int]], budget: int, cache_len: int,
            cache_dir: str | None = None, timed: bool = True) -> dict[str, dict[str, float | None]]:
     """Per decoder: ``verify_block`` (mean q per target forward), ``tree_share`` (forwards fed with a mask) and this
     machine's ``t1_seconds`` / ``tq_seconds`` (the mean priced step per target forward, its draft forwards included)
     and ``draft_seconds`` (their part of it; 0 without a draft model); the bound itself needs each row's MAT and is
     computed with it (``timing.cost_bound``). Empty when no forward could be counted. ``timed=False``: the blocks
     only, no curve probed (a batched job, whose rows a batch-1 curve does not price)."""
-    logs, drafts = {}, {}
+    logs: dict[str, list] = {name: [] for name in decoders}
+    drafts: dict[str, list] = {name: [] for name in decoders}
     for name, decoder in decoders.items():
         draft = getattr(decoder, "draft", None)
-        _, fed, drafts[name] = forward_log(decoder, model, prompt, budget, draft.model if draft else None)
-        logs[name] = [(1, CHAIN)] + fed[1:] if fed else fed  # the prefill as the one-token step AR decodes from
+        for prompt in prompts:
+            _, fed, drafted = forward_log(decoder, model, prompt, budget, draft.model if draft else None)
+            logs[name] += [(1, CHAIN)] + fed[1:] if fed else fed  # the prefill as the one-token step AR decodes from
+            drafts[name] += drafted
     for decoder in decoders.values():
         decoder.reset_history()
     if not any(logs.values()):

@@ -340,9 +340,13 @@ def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
     """bound.py's probe (``wants_bounds`` decides whether it runs)."""
     from specnoise.bench.bound import bounds
 
-    longest = max(m.samples, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens))  # the most steps to count
+    categories: dict[str, list[Sample]] = {}
+    for s in m.samples:
+        categories.setdefault(s.category, []).append(s)
+    # per category, the prompt with the most steps to count
+    longest = [max(group, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens)) for group in categories.values()]
     lengths = [len(setup.encode(s, [])) for s in m.samples]
-    return bounds(setup.decoders, setup.target.model, setup.encode(longest, []), setup.budget,
+    return bounds(setup.decoders, setup.target.model, [setup.encode(s, []) for s in longest], setup.budget,
                   cache_len=int(fmean(lengths)) + setup.budget // 2, cache_dir=setup.conf.decoder.cost_cache,
                   timed=m.batch_size == 1)
 

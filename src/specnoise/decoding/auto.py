@@ -94,8 +94,8 @@ def machine_key(engine, context: int) -> dict:
 
 def pinned_file(path: Path, key: dict) -> Path:
     """A pinned curve file belongs to the model it was probed on: another model (a draft beside its target) is
-    priced by a file of its own beside it, ``<stem>.<model>.json``, pinned alike (so a draft model's forwards are
-    never priced by its target's curve)."""
+    priced by a file of its own beside it, ``<stem>.<model>-<parameters>.json``, pinned alike (so a draft model's
+    forwards are never priced by its target's curve)."""
     if not path.exists():
         return path
     saved = json.loads(path.read_text())["key"]
