@@ -83,6 +83,20 @@ def test_rows_carry_ci_cv_noise_breakdown_and_bound():
     assert pld["speedup_exceeds_mat"] is False and base["speedup_exceeds_mat"] is False
 
 
+def test_the_why_line_says_what_a_step_costs_and_how_much_of_it_is_drafting():
+    bounds = {"ar": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01},
+              "pld": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.04, "draft_seconds": 0.025}}
+    pld = next(r for r in summary_rows(measured([[1.0, 1.0]], [[0.5, 0.5]], bounds=bounds))
+               if r["decoder"] == "pld" and r["category"] == "all")
+    assert pld["cost_ratio"] == pytest.approx(4.0) and pld["cost_bound"] == pytest.approx(0.5)
+    assert pld["why"].startswith("pld accepts 2.00 tokens per forward, a step (a forward of 3.0 tokens and its "
+                                 "drafting) costs 4.00x one token, 2.50x of it in the draft model: drafting cannot pay")
+    bounds["pld"]["draft_seconds"] = 0.0  # no draft model: a forward's cost
+    pld = next(r for r in summary_rows(measured([[1.0, 1.0]], [[0.5, 0.5]], bounds=bounds))
+               if r["decoder"] == "pld" and r["category"] == "all")
+    assert "a forward of 3.0 tokens costs 4.00x one token:" in pld["why"]
+
+
 def test_a_row_faster_than_its_mat_or_with_shaky_ar_is_flagged():
     fast = measured([[1.0, 1.0], [1.0, 1.0]], [[0.3, 0.3], [0.3, 0.3]])  # 3.3x with 2 tokens per forward
     pld = next(r for r in summary_rows(fast) if r["decoder"] == "pld" and r["category"] == "all")

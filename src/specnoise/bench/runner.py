@@ -340,11 +340,11 @@ def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
     """bound.py's probe (``wants_bounds`` decides whether it runs)."""
     from specnoise.bench.bound import bounds
 
-    categories: dict[str, list[Sample]] = {}
-    for s in m.samples:
-        categories.setdefault(s.category, []).append(s)
+    def steps(s: Sample) -> int:
+        return len(m.runs["ar"][s.id][0].out.tokens)
+
     # per category, the prompt with the most steps to count
-    longest = [max(group, key=lambda s: len(m.runs["ar"][s.id][0].out.tokens)) for group in categories.values()]
+    longest = [max(group, key=steps) for group in by_category(m.samples).values()]
     lengths = [len(setup.encode(s, [])) for s in m.samples]
     return bounds(setup.decoders, setup.target.model, [setup.encode(s, []) for s in longest], setup.budget,
                   cache_len=int(fmean(lengths)) + setup.budget // 2, cache_dir=setup.conf.decoder.cost_cache,
@@ -476,11 +476,16 @@ def sampled_drafts(conf: Config, name: str) -> bool:
     return drafter.draws_drafts(conf.decoder if name == conf.decoder.name else DECODER_SCHEMAS[name]())
 
 
+def by_category(samples: list[Sample]) -> dict[str, list[Sample]]:
+    groups = defaultdict(list)
+    for s in samples:
+        groups[s.category].append(s)
+    return groups
+
+
 def summary_rows(m: Measured) -> list[dict]:
     """One row per (decoder, category) and per decoder over "all"; AR is the row with speedup 1."""
-    groups = defaultdict(list)
-    for s in m.samples:
-        groups[s.category].append(s)
+    groups = by_category(m.samples)
     groups["all"] = m.samples
     return [summary_row(m, name, category, group) for name in m.runs for category, group in groups.items()]
 
@@ -533,6 +538,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     # bound.py times t(1), t(q) at batch 1: no bound for a batched row (its step is a forward of B x q tokens; the
     # batched curve t(B·q) is bench/batch_cost.py's), but its verify block q still holds
     t1, tq = (bound.get("t1_seconds"), bound.get("tq_seconds")) if m.batch_of(name) == 1 else (None, None)
+    ratio = tq / t1 if t1 and tq else None  # a step's priced cost over a one-token forward
+    cost_bound = timing.cost_bound(mat, t1, tq)
     return {
         "decoder": name, "model": m.model, "draft": None if conf.draft.name == "none" else conf.draft.name,
         "benchmark": conf.benchmark.name, "category": category, "prompts": len(group), "turns": len(outs),
@@ -558,11 +565,9 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         # where the time goes (means over repeats, summed over the group's turns)
         "target_seconds": target_s, "draft_seconds": draft_s,
         "other_seconds": None if target_s is None else seconds - target_s - (draft_s or 0.0),
-        "verify_block": bound.get("verify_block"), "cost_ratio": tq / t1 if t1 and tq else None,
-        "cost_bound": timing.cost_bound(mat, t1, tq),
-        "why": timing.explain(name, mat, bound.get("verify_block"), tq / t1 if t1 and tq else None,
-                              timing.cost_bound(mat, t1, tq), speedup,
-                              (bound.get("draft_seconds") or 0.0) / t1 if t1 and tq else 0.0),
+        "verify_block": bound.get("verify_block"), "cost_ratio": ratio, "cost_bound": cost_bound,
+        "why": timing.explain(name, mat, bound.get("verify_block"), ratio, cost_bound, speedup,
+                              (bound.get("draft_seconds") or 0.0) / t1 if ratio else 0.0),
         "speedup_exceeds_mat": speedup > mat * 1.0001 if name != base else False,  # impossible for a real timing
         # batching: rows decoded together, and the speedup against AR at batch 1 (the group's tokens per second
         # against AR's one prompt at a time; equal to `speedup` at batch size 1)

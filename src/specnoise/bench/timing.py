@@ -88,11 +88,11 @@ def explain(name: str, mat: float, block: float | None, ratio: float | None, bou
     ``ratio``: a step's priced cost over a one-token forward, ``draft_ratio`` of it in draft-model forwards."""
     if block is None or ratio is None or bound is None:
         return f"{name} accepts {mat:.2f} tokens per target forward (no cost curve measured)"
-    head = (f"{name} accepts {mat:.2f} tokens per forward, a forward of {block:.1f} tokens costs {ratio:.2f}x one "
-            "token")
+    step = f"a step (a forward of {block:.1f} tokens and its drafting)" if draft_ratio else \
+        f"a forward of {block:.1f} tokens"
+    head = f"{name} accepts {mat:.2f} tokens per forward, {step} costs {ratio:.2f}x one token"
     if draft_ratio:
-        head = (f"{name} accepts {mat:.2f} tokens per forward, a step (a forward of {block:.1f} tokens and its "
-                f"drafting) costs {ratio:.2f}x one token, {draft_ratio:.2f}x of it in the draft model")
+        head += f", {draft_ratio:.2f}x of it in the draft model"
     if name == "ar":
         return f"{head}: the baseline"
     if bound < 1:
