@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import prompts
-from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, schema, tiny_pair, tv
+from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, map_model, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ConfigError
 from specnoise.decoding import auto
 from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Batched, Controller, Curve, Nodes, chain_parents
@@ -38,7 +38,7 @@ def with_curve(decoder, name: str):
     steep curve: then drafting costs what verifying does)."""
     cost = CURVES[name]
     decoder.curves = {"target": cost, "draft": cost if name == "steep" else lambda q, kind=CHAIN: 0.0}
-    decoder.auto = Controller(cost, decoder.drafter.draft_cost, decoder.drafter.backoff)
+    decoder.auto = Controller(cost, backoff=decoder.drafter.backoff, **decoder.drafter.priced_drafting())
     return decoder
 
 
@@ -145,6 +145,57 @@ def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
     assert explored == [EXPLORE, 2 * EXPLORE, 3 * EXPLORE, 4 * EXPLORE], explored
     controller.backoff = False  # a drafter that explorations feed (Drafter.backoff): every EXPLORE-th step
     assert run(8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]
+
+
+def test_a_draft_models_catch_up_is_shared_by_the_tokens_still_to_come():
+    """Drafting 2 tokens, each accepted 9 times in 10, pays at a draft forward of 0.1 AR steps; a catch-up of 2 AR
+    steps (the draft model fed a long prompt first) still pays with 100 tokens to come, not with 2 tokens left."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.1 * (q - 1)  # noqa: E731
+    nodes = Nodes()
+    nodes.trials, nodes.hits = [100.0, 100.0], [90.0, 90.0]
+    for room, want in ((100, 2), (2, 0)):
+        controller = Controller(cost, draft_cost=lambda stream, k: 0.1 * k, catch_up=lambda stream: 2.0)
+        controller.streams["s"] = nodes
+        controller.room = room
+        assert controller.size("s", 2, kind=CHAIN) == want, room
+
+
+def test_an_exploration_that_would_pay_a_long_catch_up_waits():
+    """Where the best pick is an AR step, an exploration drafts (PROBE tokens) unless the draft model's catch-up costs
+    more than the exploration's own step (a draft model behind a long prompt): then it waits as one that did not pay
+    would, the gap doubling all the same."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1)  # noqa: E731 - nothing pays: the best pick is empty
+    for catch_up, explored in ((0.5, [EXPLORE, 3 * EXPLORE]), (50.0, [])):  # the exploration's own step: 3.4
+        controller = Controller(cost, draft_cost=lambda stream, k: 0.1 * k, catch_up=lambda stream, c=catch_up: c)
+        controller.streams["s"] = nodes = Nodes()
+        nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
+        controller.room = 100
+        steps = []
+        for i in range(4 * EXPLORE):
+            k = controller.size("s", 8, kind=CHAIN)
+            if k:
+                steps.append(i + 1)
+                controller.observe(verdict(k, 0))
+        assert steps == explored and nodes.explore.gap == 4 * EXPLORE, (catch_up, steps)
+
+
+def test_rest_skips_its_corpus_lookup_at_steps_that_cannot_draft(family):
+    """A model that says 7 after anything finds a run of 7s in REST's corpus at every step; at a curve where no trie
+    pays (t(q) = q), after its first trie REST looks the corpus up at one step in IDLE_RUN + 1 only, and its tokens
+    stay AR's."""
+    target = map_model(family, lambda i: 7)
+    decoder = build("rest", target, None, "steep")
+    store, looked = decoder.drafter.store, []
+    longest = store.longest_suffix
+    store.longest_suffix = lambda *a: looked.append(decoder.drafter.steps) or longest(*a)
+    try:
+        out = decoder.generate(list(range(20, 40)), 64)
+    finally:
+        del store.longest_suffix
+    assert out.tokens == [7] * 64 and decoder.drafter.steps == len(out.accepted)
+    # steps 1 and 2 find no match (the text does not end in a run of 7s yet), step 3 the first trie
+    assert looked[:3] == [1, 2, 3] and len(looked) < len(out.accepted) / 2, looked
+    assert all(b - a <= auto.IDLE_RUN + 1 for a, b in zip(looked, looked[1:])), looked
 
 
 def test_drafters_fed_by_their_explorations_do_not_back_off(target, draft):

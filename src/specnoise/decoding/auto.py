@@ -17,23 +17,28 @@ two: SAM's matched chain and its tree fallback) and per node, it keeps how often
 parent's path was, p(node) = p(parent) x that rate, and verifies the k nodes (or the prefix of k) that maximise
 expected accepted tokens per second,
 
-    (1 + p_1 + ... + p_k) / (t(1 + extra + k) + draft_cost(k)),
+    (1 + p_1 + ... + p_k) / (t(1 + extra + k) + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
 
-with t the target curve (``extra``: rows fed beside the tree, Lookahead's window) and ``draft_cost`` what drafting
-k tokens costs a draft model. Statistics are kept across prompts (the benchmark's warm-up teaches them) with
-exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they follow the current text. A node
-never tried looks as good as its parent (optimism: the pick grows until it learns better), and every
-``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed. Where
-the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft model dearer than what it
-saves), an exploration is an AR step turned into a draft: when its accepted tokens per second fall short of an AR
-step's, the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays, or a non-empty best pick,
-brings it back to ``EXPLORE``. A new generation (a new text, where drafting may pay again) explores at its
-``EXPLORE``-th step, and if that does not pay either the gap goes on doubling from where the last generation left
-it (restarting the doubling per prompt made 2-3 explorations per 128-token generation, each a draft model's
-catch-up over the whole text for speculative decoding and Ouroboros). Drafters
-whose next candidates are made from what the target predicts at the verified nodes (TR-Jacobi's candidate matrix,
-Token Recycling's adjacency matrix, SAM's fallback) do not back off (``Drafter.backoff``): an exploration feeds them
-candidates, a value that its own accepted tokens do not show, and backing off cost them forwards in the miniature.
+with t the target curve (``extra``: rows fed beside the tree, Lookahead's window), ``draft_cost`` what drafting k
+tokens costs a draft model, and ``catch_up`` what it costs, beyond that, to feed the draft model first the text it
+has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft keeps up, so each of
+the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
+benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a half-life of ~35), so
+they follow the current text. A node never tried looks as good as its parent (optimism: the pick grows until it
+learns better), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it
+keep being observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft
+model dearer than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per
+second fall short of an AR step's, the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays,
+or a non-empty best pick, brings it back to ``EXPLORE``. An exploration whose draft model would first catch up with
+more text than the exploration itself costs (a long prompt) waits, as one that did not pay would. A new generation
+(a new text, where drafting may pay again) explores at its ``EXPLORE``-th step, and if that does not pay either the
+gap goes on doubling from where the last generation left it (restarting the doubling per prompt made 2-3
+explorations per 128-token generation, each a draft model's catch-up over the whole text for speculative decoding
+and Ouroboros). Drafters whose next candidates are made from what the target predicts at the verified nodes
+(TR-Jacobi's candidate matrix, Token Recycling's adjacency matrix, SAM's fallback) do not back off
+(``Drafter.backoff``): an exploration feeds them candidates, a value that its own accepted tokens do not show, and
+backing off cost them forwards in the miniature. A drafter whose candidates cost host work to find (REST's corpus
+lookup) asks first whether the step could draft at all (``Controller.idle``) and skips the work where it could not.
 
 A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
@@ -74,6 +79,11 @@ REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timin
 # template pick must be than the last one to replace it. Without it TR-Jacobi made 41 distinct picks over 8
 # HumanEval prompts on an H100, each new one built its tables and recorded its verify graph inside the timed region
 STICKY = 0.02
+# a drafter that asks ``Controller.idle`` before it looks for candidates looks anyway after this many steps in a row
+# without: the last step's candidates stand in for this step's, and while the statistics do not move (nothing is
+# proposed) a stand-in that does not pay would skip every lookup until the next exploration, up to EXPLORE_MAX steps
+# (REST on the Spec-Bench miniature: 10% more forwards than looking at every step)
+IDLE_RUN = 3
 RERANK = 4  # ... and where that is on, a template is ranked anew every RERANK-th step (and at explorations) only
 
 
@@ -261,6 +271,7 @@ class Nodes:
         self.explore = Backoff()
         self.last: list[int] | None = None  # the last pick that was not an exploration (Controller.sticky)
         self.kept = 0  # steps that reused ``last`` without ranking since the last ranking (RERANK)
+        self.idled = 0  # steps in a row that ``Controller.idle`` made AR steps (IDLE_RUN)
 
     def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
         """Each node's chance that its whole path is accepted: its parent's times its own conditional rate
@@ -297,11 +308,16 @@ class Nodes:
 
 class Controller:
     """Chooses each step's proposal (see the module docstring). ``cost(q, kind)``: seconds of a target forward of q
-    tokens; ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens."""
+    tokens; ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens;
+    ``catch_up(stream)``: seconds its draft model needs beyond that to catch up with the text first (``room``: tokens
+    still to come, set by ``Decoder.steps`` every step)."""
 
     def __init__(self, cost: Callable[[float, str], float],
-                 draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True, sticky: float = 0.0):
+                 draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True, sticky: float = 0.0,
+                 catch_up: Callable[[str], float] | None = None):
         self.cost, self.draft_cost = cost, draft_cost  # (draft_cost None: drafting costs no draft model)
+        self.catch_up, self.room = catch_up, 1
+        self.once = 0.0  # this step's catch-up (``best``)
         self.backoff = backoff  # False: every EXPLORE-th step explores, whatever it paid (Drafter.backoff)
         self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
         self.streams: dict[str, Nodes] = {}
@@ -334,15 +350,19 @@ class Controller:
         for nodes in self.streams.values() if self.backoff else ():
             nodes.explore.restart()
 
-    def spend(self, stream: str, k: int, kind: str, extra: int) -> float:
-        """Seconds of a step that verifies ``k`` candidates: the target's forward and the drafting of them."""
-        return self.cost(1 + extra + k, kind) + (self.draft_cost(stream, k) if self.draft_cost and k else 0.0)
+    def spend(self, stream: str, k: int, kind: str, extra: int, tokens: float) -> float:
+        """Seconds of a step that verifies ``k`` candidates and is expected to emit ``tokens``: the target's forward,
+        the drafting of them and the tokens' share of the draft model's catch-up."""
+        if not (self.draft_cost and k):
+            return self.cost(1 + extra + k, kind)
+        return self.cost(1 + extra + k, kind) + self.draft_cost(stream, k) + tokens * self.once / max(self.room, 1)
 
     def choose(self, stream: str, parents: list[int], kind: str, extra: int, cuts: list[int] | None,
                allow: list[bool] | None) -> list[int]:
         """The kept nodes (ascending). ``cuts``: prefixes of the given order only, of these sizes; else the k nodes of
         highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
         nodes = self.streams.setdefault(stream, Nodes())
+        nodes.idled = 0
         explore = nodes.explore.due()
         if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < RERANK
                 and (allow is None or all(allow[i] for i in nodes.last))):
@@ -358,10 +378,43 @@ class Controller:
             sizes = range(len(order) + 1)
         else:
             order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
-        # expected accepted tokens per second for each size, the AR step's first: the gain adds the nodes since the
-        # last size, the prices come from the cached list (this runs for every size at every step)
+        best, best_rate = self.best(stream, p, order, sizes, kind, extra)
+        chosen = order[:best]
+        if self.sticky and cuts is None and nodes.last and all(p[i] >= 0 for i in nodes.last):
+            # a template pick on a graph engine: the last pick stays unless the best beats it by ``sticky``: a new pick
+            # costs its tables and a recorded verify graph, which a pick that changes every step never earns back
+            gain = 1.0 + sum(max(p[i], 0.0) for i in nodes.last)
+            if gain / self.spend(stream, len(nodes.last), kind, extra, gain) * (1 + self.sticky) >= best_rate:
+                chosen = nodes.last
+        self.probe = None
+        if explore:  # look past the best cut now and then
+            sizes = list(sizes)
+            probe = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
+            if best or not self.backoff:  # drafting pays here: looking a little further is cheap
+                nodes.explore.result(paid=True)
+            elif probe and self.once > self.spend(stream, probe, kind, extra, 0.0):
+                # a draft model far behind the text (a long prompt): an exploration would pay its catch-up, more than
+                # the exploration itself, at once; it waits as one that did not pay would (the statistics come from
+                # steps where the draft keeps up). On Spec-Bench's 1,200-token prompts such an exploration cost ~6%
+                # of a generation for speculative decoding
+                nodes.explore.result(paid=False)
+                probe = 0
+            elif probe:  # an AR step drafts instead: ``observe`` tells whether that paid
+                self.probe = self.spend(stream, probe, kind, extra, 1 + sum(max(p[i], 0.0) for i in order[:probe]))
+            chosen = order[:probe]
+        elif cuts is None:
+            nodes.last = chosen
+        return self.picked(nodes, parents, sorted(chosen), stream)
+
+    def best(self, stream: str, p: list[float], order: list[int], sizes, kind: str, extra: int) -> tuple[int, float]:
+        """(k, rate): of ``sizes``, the one whose first k nodes of ``order`` give the most expected accepted tokens per
+        second (0: the AR step, unless another rates strictly higher), and its rate."""
+        # the gain adds the nodes since the last size, the prices come from the cached list (this runs for every size
+        # at every step)
         price = self.price_list(kind, extra, max(sizes, default=0))
         draft = self.draft_cost
+        self.once = self.catch_up(stream) if self.catch_up else 0.0
+        share = self.once / max(self.room, 1)  # per token to come
         best, best_rate, gain, done = 0, 1.0 / self.cost(1, CHAIN), 1.0, 0
         for k in sizes:
             if k == 0:
@@ -371,28 +424,27 @@ class Controller:
             else:
                 gain += sum(max(p[i], 0.0) for i in order[done:k])
             done = k
-            rate = gain / (price[k] + draft(stream, k) if draft else price[k])
+            rate = gain / (price[k] + draft(stream, k) + gain * share) if draft else gain / price[k]
             if rate > best_rate:
                 best, best_rate = k, rate
-        chosen = order[:best]
-        if self.sticky and cuts is None and nodes.last and all(p[i] >= 0 for i in nodes.last):
-            # a template pick on a graph engine: the last pick stays unless the best beats it by ``sticky``: a new pick
-            # costs its tables and a recorded verify graph, which a pick that changes every step never earns back
-            gain = 1.0 + sum(max(p[i], 0.0) for i in nodes.last)
-            if gain / self.spend(stream, len(nodes.last), kind, extra) * (1 + self.sticky) >= best_rate:
-                chosen = nodes.last
+        return best, best_rate
+
+    def idle(self, stream: str, parents: list[int] | None, kind: str = TREE, extra: int = 0) -> bool:
+        """Whether this step is an AR step before its candidates are looked for: it does not explore, a prefix of the
+        stream's last candidates (``parents``: their tree, standing in for this step's) would not pay at the current
+        statistics, and fewer than ``IDLE_RUN`` steps in a row were idle. For a drafter whose candidates cost host
+        work to find (REST's corpus lookup, ~8% of an AR step on the CPU, at steps that were nearly all AR steps on
+        Spec-Bench's summarization and RAG). The step is counted then, as ``choose`` counts it."""
+        nodes = self.streams.get(stream)
+        if nodes is None or not parents or nodes.explore.steps + 1 >= nodes.explore.at or nodes.idled >= IDLE_RUN:
+            return False
+        if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra)[0]:
+            return False
+        nodes.idled += 1
+        nodes.explore.due()  # (not due: checked above)
         self.probe = None
-        if explore:  # look past the best cut now and then
-            sizes = list(sizes)
-            probe = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
-            if best or not self.backoff:  # drafting pays here: looking a little further is cheap
-                nodes.explore.result(paid=True)
-            elif probe:  # an AR step drafts instead: ``observe`` tells whether that paid
-                self.probe = self.spend(stream, probe, kind, extra)
-            chosen = order[:probe]
-        elif cuts is None:
-            nodes.last = chosen
-        return self.picked(nodes, parents, sorted(chosen), stream)
+        self.picked(nodes, parents, [], stream)
+        return True
 
     def picked(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
         """Record this step's pick (for ``observe`` and ``describe``) and return it."""

@@ -120,6 +120,12 @@ class Drafter:
         auto = self.decoder.auto
         return None if auto is None else auto.select(stream or self.name, parents, TREE, 0, allow)
 
+    def idle(self, parents: list[int] | None, stream: str | None = None) -> bool:
+        """decoder.auto: whether this step is an AR step before its candidates are looked for (``parents``: the tree of
+        the last step's candidates; auto.py ``Controller.idle``). False without auto."""
+        auto = self.decoder.auto
+        return auto is not None and auto.idle(stream or self.name, parents)
+
     # decoder.auto: explore ever more rarely while explorations do not pay (auto.py); False for a drafter whose next
     # candidates come from the target's predictions at the nodes it verified (an exploration feeds it)
     backoff = True
@@ -128,9 +134,16 @@ class Drafter:
         """Seconds a draft model spends drafting ``k`` tokens (decoder.auto weighs it against the accepted tokens)."""
         return 0.0
 
-    def priced_drafting(self):
-        """``draft_cost`` for the controller, None for a drafter without a draft model (nothing to add per size)."""
-        return None if type(self).draft_cost is Drafter.draft_cost else self.draft_cost
+    def catch_up(self, stream: str) -> float:
+        """Seconds the draft model needs, beyond ``draft_cost``, to be fed the text it has not seen before it drafts."""
+        return 0.0
+
+    def priced_drafting(self) -> dict:
+        """The controller's ``draft_cost`` and ``catch_up``, None for a drafter without a draft model (nothing to add
+        per size)."""
+        if type(self).draft_cost is Drafter.draft_cost:
+            return {"draft_cost": None, "catch_up": None}
+        return {"draft_cost": self.draft_cost, "catch_up": self.catch_up}
 
     def chain(self, drafts) -> Proposal:
         """A chain of ``drafts`` (a list or a device tensor) after the root."""
@@ -240,6 +253,8 @@ class Decoder:
         drafter.begin(prompt, out.budget, seed)
         pending = upload(prompt, self.target.device)  # tokens without KV yet, the root last
         while True:
+            if auto is not None:
+                auto.room = out.budget - len(out.tokens)  # tokens still to come (a draft model's catch-up is theirs)
             proposal = yield from drafter.propose_steps(out.budget - len(out.tokens) - 1)
             v = yield from verifier.steps(pending, proposal, base=len(out.tokens))
             if auto is not None:
@@ -263,8 +278,9 @@ class Decoder:
                 self.curves["draft"] = Curve(self.draft, context, largest_probe(self.draft), cache)
             # a step shape is a recorded CUDA graph on a graph engine: there a template's pick changes only for a
             # clear gain (auto.STICKY)
-            self.auto = Controller(curve, self.drafter.priced_drafting(), self.drafter.backoff,
-                                   STICKY if getattr(self.target, "graphs", False) else 0.0)
+            self.auto = Controller(curve, backoff=self.drafter.backoff,
+                                   sticky=STICKY if getattr(self.target, "graphs", False) else 0.0,
+                                   **self.drafter.priced_drafting())
             for kv in filter(None, (self.target, self.draft)):
                 kv.reset()
         self.auto.begin()
@@ -289,7 +305,8 @@ class Decoder:
         for row in rows:
             row.curves = {role: Batched(curve, n) for role, curve in self.curves.items()}
             if row.auto is None:
-                row.auto = Controller(row.curves["target"], row.drafter.priced_drafting(), row.drafter.backoff)
+                row.auto = Controller(row.curves["target"], backoff=row.drafter.backoff,
+                                      **row.drafter.priced_drafting())
                 row.auto.streams = copy.deepcopy(self.auto.streams)
             row.auto.cost = row.curves["target"]  # the batch size may change from call to call
             row.auto.begin()

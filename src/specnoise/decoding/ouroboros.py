@@ -163,9 +163,20 @@ class Ouroboros(Drafter):
 
     def draft_cost(self, stream, k):
         """k drafted tokens take k / (tokens per lookahead step) draft forwards of the mean block (counted so far)."""
-        steps, tokens, rows = self.drafted
-        per_step, block = (tokens / steps, rows / steps) if steps else (1.0, 1 + self.cfg.W * self.cfg.phrase_len)
+        per_step, block = self.draft_steps()
         return min(k, self.cfg.gamma) / per_step * self.decoder.curves["draft"](block, TREE)
+
+    def catch_up(self, stream):
+        """The first lookahead step is fed every token the draft has not seen beside its block: beyond the block,
+        that."""
+        behind, block = len(self.seq) - self.draft.length, self.draft_steps()[1]
+        curve = self.decoder.curves["draft"]
+        return curve(behind - 1 + block, TREE) - curve(block, TREE) if behind > 1 else 0.0
+
+    def draft_steps(self) -> tuple[float, float]:
+        """(tokens a lookahead step of the draft gives, rows it feeds): the means so far."""
+        steps, tokens, rows = self.drafted
+        return (tokens / steps, rows / steps) if steps else (1.0, 1 + self.cfg.W * self.cfg.phrase_len)
 
     def observe(self, v):
         super().observe(v)

@@ -50,10 +50,13 @@ class REST(Drafter):
                                           cfg.cache_dir)
         self.meta = {"num_draft": cfg.num_draft, "max_depth": cfg.max_depth, **info}
         self.hits = self.steps = 0
+        self.parents: list[int] | None = None  # the last trie's tree (decoder.auto's ``idle``)
 
     def propose(self, room):
         cfg, depth = self.cfg, min(self.cfg.max_depth, room)
         self.steps += 1
+        if self.idle(self.parents):  # decoder.auto: an AR step whatever the lookup finds (the lookup is host work)
+            return self.chain([])
         n, lo, hi = self.store.longest_suffix(self.seq, cfg.max_suffix)
         if n < cfg.min_suffix or depth == 0:
             return self.chain([])
@@ -61,7 +64,8 @@ class REST(Drafter):
         rows = self.store.continuations(n, lo, hi, depth, cfg.matches).tolist()
         tokens, parents = trie(rows, cfg.num_draft)
         # decoder.auto: the k most frequent prefixes (a prefix of the pick is a tree)
-        k = self.cut(len(tokens), parents=[p - 1 for p in parents])
+        self.parents = [p - 1 for p in parents]
+        k = self.cut(len(tokens), parents=self.parents)
         tokens, parents = tokens[:k], parents[:k]
         return Proposal(tokens, trie_shape(tuple(parents), self.target.device))
 

@@ -112,6 +112,11 @@ class Speculative(Drafter):
     def draft_cost(self, stream, k):
         return k * self.decoder.curves["draft"](1)  # one one-token draft forward per drafted token
 
+    def catch_up(self, stream):
+        """The first draft forward is fed every token the draft has not seen: beyond a one-token forward, that."""
+        behind = len(self.seq) - self.draft.length
+        return self.decoder.curves["draft"](behind) - self.decoder.curves["draft"](1) if behind > 1 else 0.0
+
     def observe(self, v):
         before = len(self.seq)
         super().observe(v)
