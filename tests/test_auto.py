@@ -391,6 +391,16 @@ def test_a_pinned_curve_is_created_once_then_only_read(target, tmp_path, monkeyp
     assert again(18) == pytest.approx(first(6) + 12 * (first(6) - first(5)))  # extended linearly
 
 
+def test_a_curve_asked_for_more_than_fits_after_its_context_probes_what_fits(target):
+    """A curve made over a long context and then asked for a forward as long (the bound's draft catch-up) probes up to
+    what the context leaves room for, and prices the rest by extension, instead of failing."""
+    engine = build_decoder(schema("ar"), target).target
+    context = engine.max_length - 40
+    curve = Curve(engine, context, 8, None)
+    curve.ensure(engine, 100)
+    assert max(curve.times[CHAIN]) <= engine.max_length - context - 1 and curve(100) > curve(8)
+
+
 def test_a_pinned_curve_prices_another_model_by_a_file_of_its_own(target, draft, tmp_path):
     """A draft model beside its target under one pinned decoder.cost_cache: the draft gets its own pinned file next
     to the target's (it was once priced by the target's curve, a bigger model's)."""
