@@ -149,9 +149,10 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
         pinned curve."""
         if self.pinned:
             return
-        # no larger than fits after the curve's context (sizes beyond are extended linearly): a curve made for a
-        # draft's short forwards may be asked later for its 1,300-token catch-up over a 1,300-token context
-        largest = min(largest, engine.max_length - self.key["context"] - 1)
+        # no larger than fits after the curve's context, or after the engine's cache where that is longer (the probe
+        # goes after it; sizes beyond are extended linearly): the bound probes a draft engine that still holds a
+        # 1,329-token generation for its 1,292-token catch-up
+        largest = min(largest, engine.max_length - max(self.key["context"], engine.length) - 1)
         qs = [q for q in GRID if q <= largest] + ([largest] if largest not in GRID else [])
         qs += [b for b in self.buckets if b <= largest] + [b for b in self.buckets if b >= largest][:1]
         todo = sorted({q for q in qs if q not in self.times[CHAIN]} | {1, 2})
