@@ -253,6 +253,10 @@ class Backoff:
             self.result(paid=False)
         return True
 
+    def pending(self) -> bool:
+        """Whether the next step explores (what ``due`` will say, without counting a step)."""
+        return self.steps + 1 >= self.at
+
     def restart(self) -> None:
         """A new generation: explore at its ``EXPLORE``-th step, the gap kept (``result`` doubles it from there)."""
         self.steps, self.at = 0, EXPLORE
@@ -321,7 +325,6 @@ class Controller:
                  catch_up: Callable[[str], float] | None = None):
         self.cost, self.draft_cost = cost, draft_cost  # (draft_cost None: drafting costs no draft model)
         self.catch_up, self.room = catch_up, 1
-        self.once = 0.0  # this step's catch-up (``best``)
         self.backoff = backoff  # False: every EXPLORE-th step explores, whatever it paid (Drafter.backoff)
         self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
         self.streams: dict[str, Nodes] = {}
@@ -359,7 +362,15 @@ class Controller:
         the drafting of them and the tokens' share of the draft model's catch-up."""
         if not (self.draft_cost and k):
             return self.cost(1 + extra + k, kind)
-        return self.cost(1 + extra + k, kind) + self.draft_cost(stream, k) + tokens * self.once / max(self.room, 1)
+        return self.cost(1 + extra + k, kind) + self.draft_cost(stream, k) + tokens * self.share(stream)
+
+    def behind(self, stream: str) -> float:
+        """Seconds of the draft model's catch-up before this step could draft (0 without a draft model)."""
+        return self.catch_up(stream) if self.catch_up else 0.0
+
+    def share(self, stream: str) -> float:
+        """The catch-up's share per token still to come in the generation."""
+        return self.behind(stream) / max(self.room, 1)
 
     def choose(self, stream: str, parents: list[int], kind: str, extra: int, cuts: list[int] | None,
                allow: list[bool] | None) -> list[int]:
@@ -396,7 +407,7 @@ class Controller:
             probe = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
             if best or not self.backoff:  # drafting pays here: looking a little further is cheap
                 nodes.explore.result(paid=True)
-            elif probe and self.once > self.spend(stream, probe, kind, extra, 0.0):
+            elif probe and self.behind(stream) > self.spend(stream, probe, kind, extra, 0.0):
                 # a draft model far behind the text (a long prompt): an exploration would pay its catch-up, more than
                 # the exploration itself, at once; it waits as one that did not pay would (the statistics come from
                 # steps where the draft keeps up). On Spec-Bench's 1,200-token prompts such an exploration cost ~6%
@@ -417,8 +428,7 @@ class Controller:
         # at every step)
         price = self.price_list(kind, extra, max(sizes, default=0))
         draft = self.draft_cost
-        self.once = self.catch_up(stream) if self.catch_up else 0.0
-        share = self.once / max(self.room, 1)  # per token to come
+        share = self.share(stream)
         best, best_rate, gain, done = 0, 1.0 / self.cost(1, CHAIN), 1.0, 0
         for k in sizes:
             if k == 0:
@@ -440,7 +450,7 @@ class Controller:
         work to find (REST's corpus lookup, ~8% of an AR step on the CPU, at steps that were nearly all AR steps on
         Spec-Bench's summarization and RAG). The step is counted then, as ``choose`` counts it."""
         nodes = self.streams.get(stream)
-        if nodes is None or not parents or nodes.explore.steps + 1 >= nodes.explore.at or nodes.idled >= IDLE_RUN:
+        if nodes is None or not parents or nodes.explore.pending() or nodes.idled >= IDLE_RUN:
             return False
         if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra)[0]:
             return False

@@ -30,7 +30,7 @@ from specnoise.decoding.kv import Read
 from specnoise.decoding.lookahead import Window
 from specnoise.decoding.ngram import NGramPool
 from specnoise.decoding.sampling import fit_vocab, warp
-from specnoise.decoding.speculative import check_draft_context, draft_tokens, draft_vocab, rewind
+from specnoise.decoding.speculative import catch_up_cost, check_draft_context, draft_tokens, draft_vocab, rewind
 from specnoise.decoding.verifier import Proposal, Shape, Verifier, prompt_generator, read_argmax, tree_shape
 
 
@@ -174,9 +174,8 @@ class Ouroboros(Drafter):
     def catch_up(self, stream):
         """The first lookahead step is fed every token the draft has not seen beside its block: beyond the block,
         that."""
-        behind, block = len(self.seq) - self.draft.length, self.draft_steps()[1]
-        curve = self.decoder.curves["draft"]
-        return curve(behind - 1 + block, TREE) - curve(block, TREE) if behind > 1 else 0.0
+        return catch_up_cost(self.decoder.curves["draft"], len(self.seq) - self.draft.length, self.draft_steps()[1],
+                             TREE)
 
     def draft_steps(self) -> tuple[float, float]:
         """(tokens a lookahead step of the draft gives, rows it feeds): the means so far."""

@@ -78,6 +78,12 @@ def draft_tokens(draft: Engine, seq: list[int], n: int, vocab: int,
     return tokens, q
 
 
+def catch_up_cost(curve, behind: int, block: float = 1, kind: str = CHAIN) -> float:
+    """What a draft forward of ``block`` rows costs beyond itself when it first feeds the ``behind`` tokens the draft
+    model has not seen (the last of them its root): decoder.auto's ``Drafter.catch_up``."""
+    return curve(behind - 1 + block, kind) - curve(block, kind) if behind > 1 else 0.0
+
+
 def rewind(model: Engine, fed: list[int], seq: list[int]) -> None:
     """Cut a cache holding the KV of ``fed[:model.length]`` back to its longest prefix that agrees with ``seq``,
     leaving at least the last token of ``seq`` (the next root) uncached."""
@@ -114,8 +120,7 @@ class Speculative(Drafter):
 
     def catch_up(self, stream):
         """The first draft forward is fed every token the draft has not seen: beyond a one-token forward, that."""
-        behind = len(self.seq) - self.draft.length
-        return self.decoder.curves["draft"](behind) - self.decoder.curves["draft"](1) if behind > 1 else 0.0
+        return catch_up_cost(self.decoder.curves["draft"], len(self.seq) - self.draft.length)
 
     def observe(self, v):
         before = len(self.seq)
