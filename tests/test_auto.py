@@ -399,6 +399,13 @@ def test_a_curve_asked_for_more_than_fits_after_its_context_probes_what_fits(tar
     curve = Curve(engine, context, 8, None)
     curve.ensure(engine, 100)
     assert max(curve.times[CHAIN]) <= engine.max_length - context - 1 and curve(100) > curve(8)
+    # the probe goes after the engine's own cache: one still holding a long generation leaves less room (the bound
+    # probes a draft engine right after its logged generations)
+    engine.reset()
+    curve = Curve(engine, 8, 8, None)
+    engine.forward([3] * (engine.max_length - 40), last=1)
+    curve.ensure(engine, 100)
+    assert max(curve.times[CHAIN]) <= 39 and engine.length == engine.max_length - 40
 
 
 def test_a_pinned_curve_prices_another_model_by_a_file_of_its_own(target, draft, tmp_path):
