@@ -10,9 +10,9 @@
 # The full engine and forward-cost figures are run_engines.sh's (~15 minutes with its 8B-shape compiles).
 # Usage: bash experiments/gpu/run_checks.sh [OUT_DIR]; EXTRA="..." appends overrides to every job (a CPU dry run:
 # EXTRA="model.device=cpu draft.device=cpu model.dtype=float32 draft.dtype=float32 model.compile=false
-# draft.compile=false benchmark.limit=2 benchmark.max_new_tokens=16"). STEP_S / BATCH_S: each step's time limit
-# (seconds); LIMIT / REPEATS: prompts and timed repeats of the engine steps (8 / 1: the first run's); AFTER_STEP: a
-# command run after each step (e.g. packing what is done so far).
+# draft.compile=false benchmark.limit=2 benchmark.max_new_tokens=16"). STEPS: which steps run ("engines batches",
+# the default); STEP_S / BATCH_S: each step's time limit (seconds); LIMIT / REPEATS: prompts and timed repeats of the
+# engine steps (8 / 1: the first run's); AFTER_STEP: a command run after each step (e.g. packing what is done so far).
 set -uo pipefail
 O=${1:-outputs/gpu-checks}
 PY=${PYTHON:-python3}
@@ -34,6 +34,7 @@ step() {  # step NAME SECONDS OVERRIDES...: one sweep into $O/NAME, its log besi
 # no scores
 scorer() { case $1 in spec_bench*) echo benchmark.scorer=none;; esac; }
 for subset in ${SUBSETS:-humaneval-gpu spec_bench-gpu}; do
+  [[ " ${STEPS:-engines batches} " == *" engines "* ]] || break
   step "engines-${subset%-gpu}" "$STEP_S" +experiment=bench-gpu "+subset=$subset" "benchmark.limit=${LIMIT:-8}" \
     "benchmark.repeats=${REPEATS:-1}" model.static_cache=true model.compile=true 'model.static_buckets=[1,8,16,64,72]' \
     draft.static_cache=true draft.compile=true 'draft.static_buckets=[1,8,16,64,128]' \
@@ -41,6 +42,7 @@ for subset in ${SUBSETS:-humaneval-gpu spec_bench-gpu}; do
     decoder.auto=false,true decoder.cost_cache="$O/cost_cache" $(scorer "$subset")
 done
 for subset in ${SUBSETS:-humaneval-gpu spec_bench-gpu}; do
+  [[ " ${STEPS:-engines batches} " == *" batches "* ]] || break
   step "batches-${subset%-gpu}" "$BATCH_S" +experiment=bench-gpu "+subset=$subset" benchmark.limit=16 \
     benchmark.repeats=1 model.static_cache=false decoder=pld 'decoders=[tr_jacobi]' decoder.auto=false,true \
     benchmark.batch_size=4,16 decoder.cost_cache="$O/cost_cache" $(scorer "$subset")

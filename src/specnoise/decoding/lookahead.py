@@ -116,11 +116,15 @@ class Window:
         self.rows = self.rows[1:] + [new]
 
 
-# decoder.auto: the window runs at every step while its forward costs at most this much more than an AR step's. On an
-# H100 (CUDA graphs) the 28-token window's forward measured 1.10x an AR step: with a margin of 1/16 the window ran only
-# on explorations, the pool never filled and Lookahead fell from 1.73x to 0.93x AR on Spec-Bench. On the CPU it costs
-# 1.7-2.5x (experiments/hardware-aware/tiny), where the backoff decides.
-WINDOW_FREE = 0.25
+# decoder.auto: the window runs at every step of a generation while its forward costs at most WINDOW_NEAR more than an
+# AR step's and, from the generation's WINDOW_TRIAL-th windowed step on, its windowed steps have emitted at least an AR
+# step's tokens per second (priced by the curve); elsewhere only on the backoff's explorations. The window's worth is
+# an investment (the pool it fills pays in later steps), which a fixed threshold on its forward's cost cannot price.
+# On an H100 (CUDA graphs) the 28-token window's forward measured 1.10x an AR step in one lease and 1.28x in the next:
+# with a threshold of 1/16 Lookahead fell from 1.73x to 0.93x AR on Spec-Bench in the first; with 1/4, in the next, it
+# ran at 1.71x there but at 1.01x on HumanEval (it never drafted), where its faithful setting ran at 1.24x. On the CPU
+# the window costs 1.7-2.5x (experiments/hardware-aware/tiny): there the backoff decides, as before.
+WINDOW_NEAR, WINDOW_TRIAL = 0.5, 24
 
 
 class Lookahead(Drafter):
@@ -140,15 +144,16 @@ class Lookahead(Drafter):
         self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, self.noise, self.cfg.faithful)
         self.idle.restart()  # a new text: the window explores at the EXPLORE-th AR step again, the gap kept
         self.windowed = True
+        self.trial = [0, 0.0, 0.0]  # decoder.auto: this generation's windowed steps, their tokens and their price
+        self.price = 0.0  # ... this step's
 
     def propose(self, room):
         count = None
         if self.decoder.auto is not None:
             # the controller cuts whole n-grams (pool order), the window riding along as extra rows. A step that
-            # verifies none is a plain AR step without the window, unless the window is nearly free here (within
-            # WINDOW_FREE of an AR step) or the run of such steps is due to explore (auto.Backoff: the EXPLORE-th,
-            # then ever more rarely while the run lasts, as the window's filling of the pool is an investment the
-            # controller cannot price)
+            # verifies none is a plain AR step without the window, unless the window runs at every step here
+            # (``steady``) or the run of such steps is due to explore (auto.Backoff: the EXPLORE-th, then ever more
+            # rarely while the run lasts)
             m = self.cfg.N - 2 if self.cfg.faithful else self.cfg.N - 1
             cells, cost = self.window.cells(), self.decoder.auto.cost
             n = len(self.window.pool.get(self.seq[-1])) * m
@@ -156,14 +161,27 @@ class Lookahead(Drafter):
             count = self.cut(n, extra=cells, cuts=list(range(0, n + 1, max(m, 1))), parents=parents) // max(m, 1)
             if count:
                 self.idle = Backoff(unpaid=True)
-            cheap = cost(1 + cells, TREE) <= cost(1, CHAIN) * (1 + WINDOW_FREE)
-            self.windowed = bool(count) or cheap or self.idle.due()
+            self.windowed = bool(count) or self.steady(cost, cells) or self.idle.due()
             if not self.windowed:
                 return self.chain([])
+            self.price = cost(1 + cells + count * m, TREE)
         return self.window.propose(self.seq[-1], self.target.device, count)
+
+    def steady(self, cost, cells: int) -> bool:
+        """decoder.auto: whether the window runs at every step of this generation (WINDOW_NEAR, WINDOW_TRIAL). Once
+        its windowed steps fall short of an AR step's tokens per second, it stops for the rest of the generation."""
+        steps, tokens, seconds = self.trial
+        if steps < 0 or cost(1 + cells, TREE) > cost(1, CHAIN) * (1 + WINDOW_NEAR):
+            return False
+        if steps >= WINDOW_TRIAL and tokens / seconds < 1 / cost(1, CHAIN):
+            self.trial[0] = -1  # stopped
+            return False
+        return True
 
     def observe(self, v):
         root = self.seq[-1]
         super().observe(v)
         if self.windowed:  # not a plain AR step (decoder.auto)
             self.window.advance(root, v.extra)
+            if self.decoder.auto is not None and self.trial[0] >= 0:
+                self.trial = [self.trial[0] + 1, self.trial[1] + 1 + v.accepted, self.trial[2] + self.price]
