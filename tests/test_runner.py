@@ -141,9 +141,35 @@ def test_every_decoder_is_lossless_through_the_runner(models, prompt_file, tmp_p
 def test_several_decoders_in_one_job_share_the_budget(models):
     conf, _ = configure(models, "decoder=ar", "decoder.max_new_tokens=7", "decoder.seed=3", "decoders=[jacobi,ar]")
     configs = decoder_configs(conf)
-    assert [c.name for c in configs] == ["ar", "jacobi"]  # the AR baseline once, no duplicates
-    assert all(c.max_new_tokens == 7 and c.seed == 3 for c in configs)
-    assert isinstance(configs[1], JacobiConfig) and configs[1].draft_len == 4
+    assert list(configs) == ["ar", "jacobi"]  # the AR baseline once, no duplicates
+    assert all(c.max_new_tokens == 7 and c.seed == 3 for c in configs.values())
+    assert isinstance(configs["jacobi"], JacobiConfig) and configs["jacobi"].draft_len == 4
+
+
+def test_a_plus_auto_entry_times_the_drafter_with_auto_beside_its_faithful_setting(models, prompt_file, tmp_path):
+    """decoders=[pld, pld+auto]: both in one job against one AR, the second with decoder.auto=true (its controller's
+    record in meta), both lossless; the variant keeps the main decoder's own settings."""
+    _, results, per_prompt = run(models, tmp_path, "decoder=pld", "decoder.num_pred_tokens=3",
+                                 "decoders=[pld,pld+auto]", *jsonl_args(prompt_file), "benchmark.limit=2")
+    rows = {r["decoder"]: r for r in results["rows"] if r["category"] == "all"}
+    assert set(rows) == {"ar", "pld", "pld+auto"}
+    assert all(rows[n]["lossless_fraction"] == 1.0 and rows[n]["prompts"] == 2 for n in ("pld", "pld+auto"))
+    assert {r["decoder"] for r in per_prompt} == {"ar", "pld", "pld+auto"}
+    meta = results["meta"]["decoders"]
+    assert "auto" in meta["pld+auto"] and "auto" not in meta.get("pld", {})
+    assert results["config"]["decoders"] == ["pld", "pld+auto"]
+    conf, _ = configure(models, "decoder=pld", "decoder.num_pred_tokens=3", "decoders=[pld+auto]")
+    variant = decoder_configs(conf)["pld+auto"]
+    assert variant.auto and variant.num_pred_tokens == 3 and not decoder_configs(conf)["pld"].auto
+
+
+def test_a_plus_auto_entry_that_cannot_mean_anything_is_refused_before_loading(models):
+    with pytest.raises(UserError, match="hf_greedy has no drafter.*applies to the drafters"):
+        decoder_configs(configure(models, "decoders=[hf_greedy+auto]")[0])
+    with pytest.raises(Exception, match="duplicates pld when decoder.auto=true"):
+        configure(models, "decoder=pld", "decoder.auto=true", "decoders=[pld+auto]")
+    with pytest.raises(Exception, match="decoders"):
+        configure(models, "decoders=[nonsense+auto]")
 
 
 @pytest.mark.parametrize("name", sorted(DECODER_SCHEMAS))

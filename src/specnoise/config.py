@@ -335,6 +335,18 @@ class DecoderConfig:
 NEUTRAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0, "top_k": 0}  # the values under which decoding is greedy
 
 
+# a ``decoders`` entry NAME+auto: decoder NAME with decoder.auto=true, timed in the same job as the others (beside NAME
+# itself, faithful): comparing two jobs compares their AR baselines too, which moved 6-8% between the faithful and the
+# auto job of a GPU lease (experiments/gpu/h100/checks2)
+AUTO_VARIANT = "+auto"
+
+
+def decoder_entry(entry: str) -> tuple[str, bool]:
+    """A ``decoders`` entry's decoder name, and whether it is the ``NAME+auto`` variant."""
+    name = entry.removesuffix(AUTO_VARIANT)
+    return name, name != entry
+
+
 def sampling_decoders() -> list[str]:
     return [name for name, schema in DECODER_SCHEMAS.items() if schema.samples]
 
@@ -700,8 +712,12 @@ class Config:
 
     def __post_init__(self) -> None:
         one_of(self.task, "task", ("run", "report", "forward_cost"))
-        for name in self.decoders:
+        for entry in self.decoders:
+            name, variant = decoder_entry(entry)
             one_of(name, "decoders[]", tuple(DECODER_SCHEMAS))
+            check(not (variant and self.decoder.auto), "decoders[]",
+                  f"{entry} duplicates {name} when decoder.auto=true: every entry has auto on already; drop the "
+                  f"{AUTO_VARIANT} entries or set decoder.auto=false to time each beside its faithful setting")
             # every `decoders` entry shares decoder's sampling keys (bench/runner.py, decoder_configs)
             check(DECODER_SCHEMAS[name].samples or not self.decoder.sampling_keys_set, "decoders[]",
                   f"{name} is greedy-only but shares decoder={self.decoder.name}'s sampling keys (temperature="

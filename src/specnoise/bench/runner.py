@@ -51,7 +51,8 @@ from specnoise.bench.measure import REFERENCE, Turn, measure
 from specnoise.bench.progress import Interrupted, PromptLog, Stop, stop_on_signals
 from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
-from specnoise.config import DECODER_SCHEMAS, ARConfig, Config, DecoderConfig, UserError, config_warnings
+from specnoise.config import (AUTO_VARIANT, DECODER_SCHEMAS, ARConfig, Config, DecoderConfig, UserError, config_warnings,
+                              decoder_entry)
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
 from specnoise.decoding.kv import self_test
@@ -85,34 +86,46 @@ def batch_skips(conf: Config) -> dict[str, str]:
     if size <= 1:
         return {}
     notes = {}
-    for name in dict.fromkeys([conf.decoder.name, *conf.decoders]):
-        limit = decoder_class(name).max_batch_size
+    for entry in dict.fromkeys([conf.decoder.name, *conf.decoders]):
+        limit = decoder_class(decoder_entry(entry)[0]).max_batch_size
         if limit is not None and size > limit:
-            notes[name] = (f"{name} skipped at benchmark.batch_size={size}: transformers runs it at batch size "
-                           f"{limit} only")
+            notes[entry] = (f"{entry} skipped at benchmark.batch_size={size}: transformers runs it at batch size "
+                            f"{limit} only")
     return notes
 
 
-def decoder_configs(conf: Config) -> list[DecoderConfig]:
-    """AR baseline first, then ``decoder`` and every ``decoders`` option (sharing budget, sampling and seed),
-    less those ``batch_skips`` names.
+def decoder_configs(conf: Config) -> dict[str, DecoderConfig]:
+    """The job's decoders by the name its results give them: the AR baseline first, then ``decoder`` and every
+    ``decoders`` entry (sharing budget, sampling and seed), less those ``batch_skips`` names.
 
     A ``decoders`` entry is a schema name (Config checks it), built from its dataclass's defaults, which are what
-    its YAML option sets (tests/test_config.py holds them equal)."""
+    its YAML option sets (tests/test_config.py holds them equal); ``NAME+auto`` is that decoder with decoder.auto=true
+    (config.py ``AUTO_VARIANT``), so a job times a drafter faithful and hardware-aware side by side."""
     shared = {k: getattr(conf.decoder, k) for k in SHARED_FIELDS}
-    configs = [conf.decoder if conf.decoder.name == "ar" else ARConfig(**shared)]
+    configs: dict[str, DecoderConfig] = {"ar": conf.decoder if conf.decoder.name == "ar" else ARConfig(**shared)}
     skipped = batch_skips(conf)
-    asked = [n for n in dict.fromkeys([conf.decoder.name, *conf.decoders]) if n != "ar"]
+    entries = list(dict.fromkeys([conf.decoder.name, *conf.decoders]))
+    asked = [n for n in entries if n != "ar"]
     if asked and all(n in skipped for n in asked):  # the job would time AR alone and exit 0
         raise UserError(f"{'; '.join(skipped[n] for n in asked)}, and nothing else is measured: set "
                         "benchmark.batch_size=1, or choose a decoder that decodes batches")
-    for name in dict.fromkeys([conf.decoder.name, *conf.decoders]):
-        if name == "ar" or name in skipped:
+    for entry in entries:
+        name, variant = decoder_entry(entry)
+        if entry == "ar" or entry in skipped:
             continue
         if decoder_class(name).needs_draft and conf.draft.name == "none":
             raise UserError(f"decoder={name} needs a draft model: set draft=NAME or pair=NAME")
-        configs.append(conf.decoder if name == conf.decoder.name else replace(DECODER_SCHEMAS[name](), **shared))
+        if variant and decoder_class(name).drafter_class is None:
+            raise UserError(f"decoders[]={entry}: {name} has no drafter whose proposals decoder.auto sizes; "
+                            f"{AUTO_VARIANT} applies to the drafters ({', '.join(auto_drafters())})")
+        base = conf.decoder if name == conf.decoder.name else replace(DECODER_SCHEMAS[name](), **shared)
+        configs[entry] = replace(base, auto=True) if variant else base
     return configs
+
+
+def auto_drafters() -> list[str]:
+    """The decoders that ``decoder.auto`` sizes: those with a drafter."""
+    return [name for name in DECODER_SCHEMAS if decoder_class(name).drafter_class is not None]
 
 
 @dataclass
@@ -161,7 +174,7 @@ def set_up(conf: Config, model_path: str | None) -> Setup:
     for loaded in filter(None, (target, draft)):
         use_numerics(loaded.model, strict=bench.strict_numerics)
         self_test(loaded.model)
-    decoders = {c.name: build_decoder(c, target, draft) for c in configs}
+    decoders = {name: build_decoder(c, target, draft) for name, c in configs.items()}
     context = decoders["ar"].target.max_length
     limit = min(bench.max_prompt_tokens or context, context - budget)
     tokenizer = target.tokenizer
@@ -470,10 +483,11 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
 
 def sampled_drafts(conf: Config, name: str) -> bool:
     """Whether decoder ``name`` of this job samples its drafts (rejection sampling; the peers and AR never do)."""
-    drafter = None if name in ("ar", REFERENCE) else decoder_class(name).drafter_class
+    base = decoder_entry(name)[0]
+    drafter = None if name in ("ar", REFERENCE) else decoder_class(base).drafter_class
     if drafter is None:
         return False
-    return drafter.draws_drafts(conf.decoder if name == conf.decoder.name else DECODER_SCHEMAS[name]())
+    return drafter.draws_drafts(conf.decoder if base == conf.decoder.name else DECODER_SCHEMAS[base]())
 
 
 def by_category(samples: list[Sample]) -> dict[str, list[Sample]]:
