@@ -51,8 +51,16 @@ from specnoise.bench.measure import REFERENCE, Turn, measure
 from specnoise.bench.progress import Interrupted, PromptLog, Stop, stop_on_signals
 from specnoise.bench.ref_nll import RefNLL, reference_nlls, row_ref_nll
 from specnoise.bench.scoring import Answer, aggregate_row, score_answers
-from specnoise.config import (AUTO_VARIANT, DECODER_SCHEMAS, ARConfig, Config, DecoderConfig, UserError, config_warnings,
-                              decoder_entry)
+from specnoise.config import (
+    AUTO_VARIANT,
+    DECODER_SCHEMAS,
+    ARConfig,
+    Config,
+    DecoderConfig,
+    UserError,
+    config_warnings,
+    decoder_entry,
+)
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
 from specnoise.decoding.kv import self_test
