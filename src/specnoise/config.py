@@ -699,7 +699,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = MISSING
     decoder: Any = MISSING  # one of DECODER_SCHEMAS, chosen by the decoder group
-    decoders: list[str] = field(default_factory=list)  # more decoder options benchmarked in the same job
+    # more decoder options benchmarked in the same job; an entry NAME+auto is NAME with decoder.auto=true (AUTO_VARIANT)
+    decoders: list[str] = field(default_factory=list)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
