@@ -144,8 +144,8 @@ class Lookahead(Drafter):
         self.window = Window(self.cfg.N, self.cfg.W, NGramPool(self.cfg.G), prompt, self.noise, self.cfg.faithful)
         self.idle.restart()  # a new text: the window explores at the EXPLORE-th AR step again, the gap kept
         self.windowed = True
-        self.trial = [0, 0.0, 0.0]  # decoder.auto: this generation's windowed steps, their tokens and their price
-        self.price = 0.0  # ... this step's
+        # decoder.auto (``steady``): this generation's windowed steps, the tokens they emitted, their forwards' price
+        self.runs, self.emitted, self.spent, self.stopped = 0, 0, 0.0, False
 
     def propose(self, room):
         count = None
@@ -164,24 +164,22 @@ class Lookahead(Drafter):
             self.windowed = bool(count) or self.steady(cost, cells) or self.idle.due()
             if not self.windowed:
                 return self.chain([])
-            self.price = cost(1 + cells + count * m, TREE)
         return self.window.propose(self.seq[-1], self.target.device, count)
 
     def steady(self, cost, cells: int) -> bool:
         """decoder.auto: whether the window runs at every step of this generation (WINDOW_NEAR, WINDOW_TRIAL). Once
         its windowed steps fall short of an AR step's tokens per second, it stops for the rest of the generation."""
-        steps, tokens, seconds = self.trial
-        if steps < 0 or cost(1 + cells, TREE) > cost(1, CHAIN) * (1 + WINDOW_NEAR):
+        if self.stopped or cost(1 + cells, TREE) > cost(1, CHAIN) * (1 + WINDOW_NEAR):
             return False
-        if steps >= WINDOW_TRIAL and tokens / seconds < 1 / cost(1, CHAIN):
-            self.trial[0] = -1  # stopped
-            return False
-        return True
+        self.stopped = self.runs >= WINDOW_TRIAL and self.emitted / self.spent < 1 / cost(1, CHAIN)
+        return not self.stopped
 
     def observe(self, v):
         root = self.seq[-1]
         super().observe(v)
-        if self.windowed:  # not a plain AR step (decoder.auto)
-            self.window.advance(root, v.extra)
-            if self.decoder.auto is not None and self.trial[0] >= 0:
-                self.trial = [self.trial[0] + 1, self.trial[1] + 1 + v.accepted, self.trial[2] + self.price]
+        if not self.windowed:  # a plain AR step (decoder.auto)
+            return
+        if self.decoder.auto is not None and not self.stopped:  # priced as fed: the root, the window, the n-grams
+            self.runs, self.emitted = self.runs + 1, self.emitted + 1 + v.accepted
+            self.spent += self.decoder.auto.cost(1 + self.window.cells() + v.shape.nodes, TREE)
+        self.window.advance(root, v.extra)
