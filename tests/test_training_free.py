@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from conftest import make_model, prompts
 from helpers_decoding import CYCLE, ar, cycle_successor, map_model, schema, token_corpus
 from helpers_models import tiny_tokenizer
 from specnoise.config import ConfigError, RESTConfig, SAMConfig, TokenRecyclingConfig, UserError
+from specnoise.decoding import corpus
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.corpus import SuffixArray, suffix_array
 from specnoise.decoding.rest import trie
@@ -55,9 +57,43 @@ def test_suffix_automaton_finds_the_longest_earlier_match():
             assert sam.match(0, 1) == (n, first if n else -1)  # room 0: no back-off
 
 
+@pytest.mark.parametrize("gather", [0, 4, 10**9])  # bisect every narrowing, both ways, gather every one
+def test_longest_suffix_matches_brute_force(gather, monkeypatch):
+    """Every bound, every narrowing branch: the longest suffix that occurs (up to the bound) and all its
+    occurrences, against a scan of the corpus."""
+    monkeypatch.setattr(corpus, "GATHER", gather)
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        tokens = rng.integers(-1, 3, size=int(rng.integers(1, 60))).astype(np.int32)
+        store = SuffixArray(tokens)
+        seq = rng.integers(0, 3, size=int(rng.integers(1, 12))).tolist()
+        at = {n: [i for i in range(len(tokens) - n + 1) if tokens[i:i + n].tolist() == seq[len(seq) - n:]]
+              for n in range(1, len(seq) + 1)}  # where each suffix of seq occurs
+        for longest in range(0, len(seq) + 2):
+            n = max((n for n in range(1, min(longest, len(seq)) + 1) if at[n]), default=0)
+            found, lo, hi = store.longest_suffix(seq, longest)
+            assert found == n
+            if n:
+                assert sorted(store.sa[lo:hi].tolist()) == at[n]
+
+
 def test_trie_keeps_the_most_frequent_prefixes_parents_first():
     tokens, parents = trie([[1, 2, 3], [1, 2, 4], [1, 5, -1], [6, -1, -1]], size=4)
     assert tokens == [1, 2, 6, 5] and parents == [0, 1, 0, 1]  # (1) x3, (1, 2) x2, then the 1-counts, shorter first
+
+
+def test_trie_matches_counting_every_prefix():
+    """Against a Counter of every prefix, sorted by (-count, length, prefix): the same nodes in the same order."""
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        m, depth = int(rng.integers(1, 30)), int(rng.integers(1, 6))
+        rows = rng.integers(0, int(rng.integers(1, 5)), size=(m, depth))
+        rows[np.arange(depth)[None, :] >= rng.integers(0, depth + 1, size=m)[:, None]] = -1  # documents end
+        size = int(rng.integers(1, 20))
+        counts = Counter(tuple(row[:d]) for row in rows.tolist() for d in range(1, depth + 1) if row[d - 1] >= 0)
+        picked = sorted(counts, key=lambda p: (-counts[p], len(p), p))[:size]
+        index = {p: i for i, p in enumerate(picked, start=1)}
+        assert trie(rows, size) == ([p[-1] for p in picked], [index[p[:-1]] if len(p) > 1 else 0 for p in picked])
 
 
 # ------------------------------------------------------------------------------------------ drafting helps

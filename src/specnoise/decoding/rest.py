@@ -15,8 +15,9 @@ graphs each new trie shape is recorded once (lookahead's window has the same cos
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import lru_cache
+
+import numpy as np
 
 from specnoise.decoding.base import Drafter
 from specnoise.decoding.corpus import open_datastore
@@ -29,13 +30,27 @@ def trie_shape(parents: tuple[int, ...], device=None):
     return tree_shape(list(parents), device=device)
 
 
-def trie(continuations: list[list[int]], size: int) -> tuple[list[int], list[int]]:
-    """(tokens, parents) of the ``size`` most frequent prefixes of ``continuations`` (-1 ends one), parents first;
-    ``parents[i]`` is node i + 1's parent input (0 = the root)."""
-    counts = Counter(tuple(row[:d]) for row in continuations for d in range(1, len(row) + 1) if row[d - 1] >= 0)
-    picked = sorted(counts, key=lambda p: (-counts[p], len(p), p))[:size]  # a prefix sorts before its extensions
-    index = {p: i for i, p in enumerate(picked, start=1)}
-    return [p[-1] for p in picked], [index[p[:-1]] if len(p) > 1 else 0 for p in picked]
+def trie(continuations: np.ndarray, size: int) -> tuple[list[int], list[int]]:
+    """(tokens, parents) of the ``size`` most frequent prefixes of ``continuations`` ([m, depth], -1 ends a row),
+    parents first; ``parents[i]`` is node i + 1's parent input (0 = the root). Ties: the shorter prefix first, then
+    the lexicographically smaller one; a prefix is at least as frequent as its extensions, so it sorts before them.
+
+    In numpy: the rows sorted lexicographically put every prefix's rows in one run, so a prefix is a run start and
+    its count the run's length (a Counter of prefix tuples took 1.8 ms for 500 rows, a quarter of an AR step)."""
+    rows = np.asarray(continuations).reshape(len(continuations), -1)
+    m, depth = rows.shape
+    rows = rows[np.lexsort(rows.T[::-1])]  # column 0 first; -1 sorts before every token
+    start = np.ones((m, depth), dtype=bool)  # start[r, d]: row r starts a run of equal length-(d + 1) prefixes
+    start[1:] = np.logical_or.accumulate(rows[1:] != rows[:-1], axis=1)
+    run = np.cumsum(start, axis=0) - 1 + np.arange(depth) * m  # each row's run per length, numbered apart
+    counts = np.bincount(run.ravel(), minlength=m * depth)
+    r, d = np.nonzero(start & (rows >= 0))  # one (row, length - 1) per prefix, lexicographic within a length
+    key = (m - counts[run[r, d]]) * (m * depth) + d * m + r  # the order: most frequent, shorter, smaller
+    top = np.argpartition(key, size - 1)[:size] if len(key) > size else np.arange(len(key))
+    order = top[np.argsort(key[top])]
+    r, d = r[order].tolist(), d[order].tolist()
+    index = {int(run[i, j]): k for k, (i, j) in enumerate(zip(r, d), start=1)}
+    return rows[r, d].tolist(), [index[int(run[i, j - 1])] if j else 0 for i, j in zip(r, d)]
 
 
 class REST(Drafter):
@@ -57,17 +72,26 @@ class REST(Drafter):
         self.steps += 1
         if self.idle(self.parents):  # decoder.auto: an AR step whatever the lookup finds (the lookup is host work)
             return self.chain([])
-        n, lo, hi = self.store.longest_suffix(self.seq, cfg.max_suffix)
+        n, lo, hi = self.store.longest_suffix(self.seq, min(cfg.max_suffix, self.longest))
+        self.longest = n  # the next step's match is at most this one plus the tokens accepted since (as SAM's)
         if n < cfg.min_suffix or depth == 0:
             return self.chain([])
         self.hits += 1
-        rows = self.store.continuations(n, lo, hi, depth, cfg.matches).tolist()
+        rows = self.store.continuations(n, lo, hi, depth, cfg.matches)
         tokens, parents = trie(rows, cfg.num_draft)
         # decoder.auto: the k most frequent prefixes (a prefix of the pick is a tree)
         self.parents = [p - 1 for p in parents]
         k = self.cut(len(tokens), parents=self.parents)
         tokens, parents = tokens[:k], parents[:k]
         return Proposal(tokens, trie_shape(tuple(parents), self.target.device))
+
+    def begin(self, prompt, budget, seed):
+        super().begin(prompt, budget, seed)
+        self.longest = len(prompt)  # the longest suffix the next look-up may find
+
+    def observe(self, v):
+        super().observe(v)
+        self.longest += len(v.tokens)
 
     def after_generation(self):
         self.meta["retrieval_hit_rate"] = round(self.hits / max(self.steps, 1), 3)  # steps with a trie, so far

@@ -46,11 +46,13 @@ class Plan:
     def __init__(self, nodes: list[tuple[int, ...]], device):
         tree = build_tree("token_recycling", max(c for node in nodes for c in node) + 1, template=nodes)
         self.shape = tree_shape(tree.parent[1:], tree.paths, device=device)
-        self.levels = []
+        tables = []
         for d in range(1, tree.rows + 1):
             at = [i for i, node in enumerate(tree.nodes, start=1) if len(node) == d]
-            self.levels.append(tuple(torch.tensor(v, device=device) for v in
-                                     (at, [tree.parent[i] for i in at], [tree.nodes[i - 1][-1] for i in at])))
+            tables += [at, [tree.parent[i] for i in at], [tree.nodes[i - 1][-1] for i in at]]
+        # one upload split into views (a plan is built per decoder.auto pick)
+        views = torch.tensor([v for t in tables for v in t], device=device).split([len(t) for t in tables])
+        self.levels = [views[i:i + 3] for i in range(0, len(views), 3)]
 
 
 class TokenRecycling(Drafter):
