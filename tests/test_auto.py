@@ -201,13 +201,17 @@ def test_rest_skips_its_corpus_lookup_at_steps_that_cannot_draft(family):
 def test_an_ouroboros_ar_step_is_a_plain_one_token_forward(target, draft):
     """An AR step of Ouroboros with auto is fed as AR's is, without a 4D mask (with one it cost 6-12% more at
     Spec-Bench's 1,200-token contexts on the CPU); its drafting steps keep the phrase tree's mask."""
-    from specnoise.bench.bound import forward_log
-
     decoder = build("ouroboros", target, draft, "steep")
-    out, fed, _ = forward_log(decoder, target.model, PROMPTS[0], NEW_TOKENS, draft.model)
+    calls = []  # what the model itself is given, not what the engine logs
+    hook = target.model.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(kwargs.get("attention_mask") is not None), with_kwargs=True)
+    try:
+        out = decoder.generate(PROMPTS[0], NEW_TOKENS)
+    finally:
+        hook.remove()
     sizes = [k for _, k in decoder.auto.sizes]
-    assert len(fed) == len(sizes) == out.target_forwards and 0 in sizes[1:] and max(sizes) > 0
-    assert [kind for _, kind in fed[1:]] == [CHAIN if k == 0 else TREE for k in sizes[1:]]
+    assert len(calls) == len(sizes) == out.target_forwards and 0 in sizes[1:] and max(sizes) > 0
+    assert calls[1:] == [k > 0 for k in sizes[1:]] == [masked for _, masked in out.forward_log[1:]]
 
 
 def test_drafters_fed_by_their_explorations_do_not_back_off(target, draft):
@@ -446,35 +450,70 @@ def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_
     assert meta["chain_ratio"][1] == 1.0 and "pld" in meta["streams"]
 
 
-def test_the_bound_prices_a_draft_models_forwards_by_its_own_curve(target, draft, tmp_path):
-    """speculative's step is its target forward and its draft forwards: the bound's t_step counts both, the draft
-    ones (as many as the generation ran) priced by the draft engine's curve, so a bound never promises the speed of
-    verification alone."""
-    from specnoise.bench.bound import bounds, forward_log, price
+def test_every_engine_logs_the_forwards_its_model_runs(target, draft):
+    """``DecodeOutput.forward_log``: one (tokens, with a mask) per forward the model itself ran in the timed generation
+    (a forward hook sees them), on the dynamic and the static engine (which feeds the model its padded bucket, always
+    masked); the probes of decoder.auto's curve before it are not the generation's."""
+    seen = []
+
+    def log(module, args, kwargs):
+        seen.append((kwargs["input_ids"].shape[1], kwargs.get("attention_mask") is not None))
+
+    for loaded in (target, static(target)):
+        decoder = build_decoder(schema("tr_jacobi", auto=True, cost_cache=None), loaded, draft)
+        seen.clear()
+        hook = loaded.model.register_forward_pre_hook(log, with_kwargs=True)
+        try:
+            out = decoder.generate(PROMPTS[0], 12)
+        finally:
+            hook.remove()
+        assert out.forward_log == seen[-out.target_forwards:] and len(out.forward_log) == out.target_forwards
+        steps = out.forward_log
+        assert steps[0][0] >= len(PROMPTS[0]) and (loaded.static_cache or any(m for _, m in steps[1:]))
+
+
+def test_the_bound_prices_a_runs_own_forwards_draft_ones_by_the_drafts_curve(target, draft, tmp_path):
+    """speculative's step is its target forward and its draft forwards: the bound's t_step counts both, priced from
+    the generations' own logs, the draft ones by the draft engine's curve, so a bound never promises the speed of
+    verification alone; the prefill counts as the one-token step AR decodes from."""
+    from specnoise.bench.bound import bounds, price
 
     decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld", "speculative")}
-    prompt = PROMPTS[0]
-    out = bounds(decoders, target.model, [prompt], 12, cache_len=len(prompt) + 6, cache_dir=str(tmp_path))
-    assert out["ar"]["draft_seconds"] == out["pld"]["draft_seconds"] == 0.0
-    spec = decoders["speculative"]
-    gen, fed, drafted = forward_log(spec, target.model, prompt, 12, draft.model)
-    assert len(drafted) == gen.draft_forwards > 0 and len(fed) == gen.target_forwards
-    curve = Curve(spec.draft, len(prompt) + 6, max(q for q, _ in drafted), str(tmp_path))  # read from the cache
-    assert out["speculative"]["draft_seconds"] == pytest.approx(price(drafted, curve) / len(fed))
-    assert out["speculative"]["tq_seconds"] > out["speculative"]["draft_seconds"] > 0
+    outs = {name: [d.generate(p, 12) for p in PROMPTS[:2]] for name, d in decoders.items()}
+    def logged(got):
+        return [(o.forward_log, o.draft_forward_log) for o in got]
+
+    logs = {name: {"all": logged(got), "first": logged(got[:1])} for name, got in outs.items()}
+    drafts = {name: d.draft for name, d in decoders.items()}
+    got = bounds(logs, decoders["ar"].target, drafts, cache_len=len(PROMPTS[0]) + 6, cache_dir=str(tmp_path))
+    assert got["ar"]["all"]["draft_seconds"] == got["pld"]["all"]["draft_seconds"] == 0.0
+    spec = outs["speculative"]
+    steps = sum(o.target_forwards for o in spec)
+    assert sum(len(o.forward_log) for o in spec) == steps and sum(len(o.draft_forward_log) for o in spec) == sum(
+        o.draft_forwards for o in spec) > 0
+    largest = max(q for o in spec for q, _ in o.draft_forward_log)
+    curve = Curve(decoders["speculative"].draft, len(PROMPTS[0]) + 6, largest, str(tmp_path))  # from the cache
+    drafted = price([f for o in spec for f in o.draft_forward_log], curve)
+    assert got["speculative"]["all"]["draft_seconds"] == pytest.approx(drafted / steps)
+    assert got["speculative"]["all"]["tq_seconds"] > got["speculative"]["all"]["draft_seconds"] > 0
+    blocks = [q for o in outs["pld"] for q in [1] + [q for q, _ in o.forward_log[1:]]]  # prefills as one-token steps
+    assert got["pld"]["all"]["verify_block"] == pytest.approx(sum(blocks) / len(blocks))
+    assert got["pld"]["first"]["verify_block"] == pytest.approx(
+        (1 + sum(q for q, _ in outs["pld"][0].forward_log[1:])) / outs["pld"][0].target_forwards)
+    assert got["ar"]["all"]["verify_block"] == 1.0
 
 
-def test_the_bound_counts_one_generation_per_category(target, draft, tmp_path):
-    """The verify block is the mean over one generation of each prompt given (the runner passes each category's
-    longest): a decoder.auto decoder's blocks depend on the text, and one prompt's need not be the run's."""
-    from specnoise.bench.bound import bounds, forward_log
+def test_a_group_with_an_unlogged_generation_gets_no_bound(target, draft):
+    """A run read back from an older per_prompt.jsonl has no forward logs: its rows get no bound rather than one
+    over the generations that happen to be logged."""
+    from specnoise.bench.bound import bounds
 
     decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld")}
-    both = bounds(decoders, target.model, PROMPTS[:2], 12, cache_len=30, timed=False)
-    fed = [forward_log(decoders["pld"], target.model, prompt, 12)[1] for prompt in PROMPTS[:2]]
-    blocks = [q for log in fed for q in [1] + [q for q, _ in log[1:]]]  # each prefill as a one-token step
-    assert both["pld"]["verify_block"] == pytest.approx(sum(blocks) / len(blocks))
-    assert both["ar"]["verify_block"] == 1.0
+    outs = {name: [d.generate(p, 12) for p in PROMPTS[:2]] for name, d in decoders.items()}
+    logs = {name: {"all": [(o.forward_log, None) for o in got], "old": [(got[0].forward_log, None), (None, None)]}
+            for name, got in outs.items()}
+    got = bounds(logs, decoders["ar"].target, {}, cache_len=30, timed=False)
+    assert set(got["pld"]) == {"all"} and got["pld"]["all"]["tq_seconds"] is None
 
 
 # ------------------------------------------------------------------------------------------ the curve tells the truth
@@ -489,7 +528,7 @@ def test_the_curve_prices_a_runs_forwards_within_15_percent(name, tmp_path):
 
     import torch
 
-    from specnoise.bench.bound import forward_log, price
+    from specnoise.bench.bound import price
     from specnoise.config import ASSETS_DIR, ModelConfig
     from specnoise.decoding.auto import REPEATS, WARMUP
     from specnoise.decoding.cost import measure_forward_costs
@@ -517,8 +556,8 @@ def test_the_curve_prices_a_runs_forwards_within_15_percent(name, tmp_path):
         drafts = draft and Curve(decoder.draft, len(prompts_[0]) + 32, 16, str(tmp_path))
         predicted = measured = 0.0
         for prompt in prompts_:
-            out, fed, fed_draft = forward_log(decoder, target.model, prompt, 64, draft and draft.model)
-            predicted += price(fed, curve) + (price(fed_draft, drafts) if draft else 0.0)
+            out = decoder.generate(prompt, 64)
+            predicted += price(out.forward_log, curve) + (price(out.draft_forward_log, drafts) if draft else 0.0)
             measured += out.target_seconds + (out.draft_seconds or 0.0)
         # the curve was probed before the runs, in CPU time; the runs are timed by the wall clock. If the machine's
         # speed moved since (a frequency change) or other jobs share its cores (wall time then runs ahead of CPU

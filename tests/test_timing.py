@@ -69,8 +69,8 @@ def measured(ar: list[list[float]], pld: list[list[float]], pld_forwards: int = 
 def test_rows_carry_ci_cv_noise_breakdown_and_bound():
     ar = [[1.0, 1.02], [2.0, 1.98], [1.5, 1.5]]
     m = measured(ar, [[0.5, 0.5], [1.0, 1.0], [0.75, 0.76]],
-                 bounds={"ar": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01},
-                         "pld": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.0125}})
+                 bounds={"ar": {"all": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01}},
+                         "pld": {"all": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.0125}}})
     rows = {(r["decoder"], r["category"]): r for r in summary_rows(m)}
     pld, base = rows[("pld", "all")], rows[("ar", "all")]
     assert pld["speedup"] == pytest.approx(4.5 / 2.255) and pld["repeats"] == 2
@@ -84,14 +84,14 @@ def test_rows_carry_ci_cv_noise_breakdown_and_bound():
 
 
 def test_the_why_line_says_what_a_step_costs_and_how_much_of_it_is_drafting():
-    bounds = {"ar": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01},
-              "pld": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.04, "draft_seconds": 0.025}}
+    bounds = {"ar": {"all": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01}},
+              "pld": {"all": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.04, "draft_seconds": 0.025}}}
     pld = next(r for r in summary_rows(measured([[1.0, 1.0]], [[0.5, 0.5]], bounds=bounds))
                if r["decoder"] == "pld" and r["category"] == "all")
     assert pld["cost_ratio"] == pytest.approx(4.0) and pld["cost_bound"] == pytest.approx(0.5)
     assert pld["why"].startswith("pld accepts 2.00 tokens per forward, a step (a forward of 3.0 tokens and its "
                                  "drafting) costs 4.00x one token, 2.50x of it in the draft model: drafting cannot pay")
-    bounds["pld"]["draft_seconds"] = 0.0  # no draft model: a forward's cost
+    bounds["pld"]["all"]["draft_seconds"] = 0.0  # no draft model: a forward's cost
     pld = next(r for r in summary_rows(measured([[1.0, 1.0]], [[0.5, 0.5]], bounds=bounds))
                if r["decoder"] == "pld" and r["category"] == "all")
     assert "a forward of 3.0 tokens costs 4.00x one token:" in pld["why"]

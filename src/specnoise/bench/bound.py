@@ -1,101 +1,94 @@
-"""The cost-model bound of each decoder, measured after the timing on this machine.
+"""The cost-model bound of each decoder, computed after the timing from the timed runs' own forwards.
 
 A decoder's step verifies q tokens and accepts MAT of them on average, so it runs at most ``MAT x t(1) / t_step`` times
-faster than AR, t_step being what its target forwards cost here. Both come from the run itself: a hook on the target
-model logs every forward (its size q and its kind: a chain fed as a plain causal block, or a tree / window fed with a 4D
-mask) of one untimed generation per decoder of the longest measured prompt of each category (a decoder.auto decoder
-sizes its blocks by the text: on Spec-Bench the longest prompt alone once gave 1.1-1.3-token blocks to rows whose MAT
-was 1.4-1.9); each forward is priced by the forward-cost curve of that kind (``decoding/auto.py``'s ``Curve``, timed on
-AR's engine at the run's threads and dtype over a cache of the prompts' typical length, cached per machine + model +
-settings under ``decoder.cost_cache``), and t_step is their mean (the prefill priced as the one-token forward AR's first
-step decodes from). This is what tells "TR-Jacobi accepts 2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core
-CPU a 69-token forward costs several one-token forwards, on a GPU about one. A decoder with a draft model (speculative,
-Ouroboros) pays its draft forwards too: they are logged by the same hook on the draft model, priced by the draft
-engine's own curve and added to t_step (``draft_seconds`` per target forward), since a bound without them promises what
-no step can reach. The bound leaves out the host's time (``other_seconds``).
+faster than AR, t_step being what its target forwards cost here. Both come from the run itself: every engine logs each
+forward it runs (``Engine.forward_log``: the tokens the model was fed, and whether with a mask, i.e. a tree / window
+rather than a plain causal chain), a generation hands its log over (``DecodeOutput.forward_log``), and the bound prices
+the very forwards of the generations whose tokens give the row's MAT (each prompt's first repeat) by the forward-cost
+curve of their kind (``decoding/auto.py``'s ``Curve``, timed on AR's engine at the run's threads and dtype over a cache
+of the prompts' typical length, cached per machine + model + settings under ``decoder.cost_cache``); t_step is their
+mean, the prefill priced as the one-token forward AR's first step decodes from. This is what tells "TR-Jacobi accepts
+2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core CPU a 69-token forward costs several one-token forwards,
+on a GPU about one. A decoder with a draft model (speculative, Ouroboros) pays its draft forwards too, logged alike and
+priced by the draft engine's own curve, added to t_step (``draft_seconds`` per target forward), since a bound without
+them promises what no step can reach. The bound leaves out the host's time (``other_seconds``), so measured / bound is
+what the host's work and the curve's error leave of it.
 
-Not measured (None) where the target's forwards cannot be seen from Python: compiled engines replay graphs.
+Pricing the timed forwards themselves, not one extra generation per category (as before): a ``decoder.auto`` decoder's
+steps depend on the text and on what its controller has learnt so far (an exploration with a draft model's catch-up over
+a long prompt in one generation, none in another), so the forwards of one later generation were not the run's (Ouroboros
+with auto measured 0.68x, speculative with auto 0.89x such a bound on Spec-Bench-10).
+
+Not computed where the run is compiled (``runner.wants_bounds``), nor at batch size > 1 beyond the verify blocks: a
+batched row's step is a share of a forward of B x q tokens, which the batch-1 curve does not price.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Iterable
 
 from specnoise.decoding.auto import CHAIN, TREE, Curve
-from specnoise.decoding.base import Decoder
 
-log = logging.getLogger("specnoise")
-
-
-def forward_log(decoder: Decoder, model, prompt: list[int], budget: int, draft_model=None):
-    """(the generation's output, [(q, kind)] of every target forward it ran, the prefill first, and the same of the
-    draft model's forwards: empty without ``draft_model``)."""
-    fed: dict[str, list[tuple[int, str]]] = {"target": [], "draft": []}
-
-    def counter(role):
-        def count(module, args, kwargs):
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            if ids is None:
-                ids = kwargs.get("inputs_embeds")
-            if ids is not None:
-                q = int(ids.shape[1]) if ids.dim() > 1 else int(ids.shape[0])
-                fed[role].append((q, CHAIN if kwargs.get("attention_mask") is None else TREE))
-        return count
-
-    handles = [m.register_forward_pre_hook(counter(role), with_kwargs=True)
-               for role, m in (("target", model), ("draft", draft_model)) if m is not None]
-    try:
-        out = decoder.generate(prompt, budget)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return out, fed["target"], fed["draft"]
+Fed = list[tuple[int, bool]]  # (tokens the model was fed, with a mask) per forward: ``Engine.forward_log``
 
 
-def price(forwards: list[tuple[int, str]], curve) -> float:
+def kind(masked: bool) -> str:
+    return TREE if masked else CHAIN
+
+
+def price(forwards: Iterable[tuple[int, bool]], curve) -> float:
     """Seconds the curve gives these forwards."""
-    return sum(curve(q, kind) for q, kind in forwards)
+    return sum(curve(q, kind(masked)) for q, masked in forwards)
 
 
-def bounds(decoders: dict[str, Decoder], model, prompts: list[list[int]], budget: int, cache_len: int,
-           cache_dir: str | None = None, timed: bool = True) -> dict[str, dict[str, float | None]]:
-    """Per decoder: ``verify_block`` (mean q per target forward), ``tree_share`` (forwards fed with a mask) and this
-    machine's ``t1_seconds`` / ``tq_seconds`` (the mean priced step per target forward, its draft forwards included)
-    and ``draft_seconds`` (their part of it; 0 without a draft model); the bound itself needs each row's MAT and is
-    computed with it (``timing.cost_bound``). Empty when no forward could be counted. ``timed=False``: the blocks
-    only, no curve probed (a batched job, whose rows a batch-1 curve does not price)."""
-    logs: dict[str, list] = {name: [] for name in decoders}
-    drafts: dict[str, list] = {name: [] for name in decoders}
-    for name, decoder in decoders.items():
-        draft = getattr(decoder, "draft", None)
-        for prompt in prompts:
-            _, fed, drafted = forward_log(decoder, model, prompt, budget, draft.model if draft else None)
-            logs[name] += [(1, CHAIN)] + fed[1:] if fed else fed  # the prefill as the one-token step AR decodes from
-            drafts[name] += drafted
-    for decoder in decoders.values():
-        decoder.reset_history()
-    if not any(logs.values()):
-        return {}
-    blocks = {name: {"verify_block": sum(q for q, _ in fed) / len(fed) if fed else None,
-                     "tree_share": sum(kind == TREE for _, kind in fed) / len(fed) if fed else None}
-              for name, fed in logs.items()}
-    if not timed:
-        return {name: {**b, "t1_seconds": None, "tq_seconds": None} for name, b in blocks.items()}
+def steps(fed: Fed) -> Fed:
+    """A generation's target forwards as the bound counts them: the prefill as the one-token step AR decodes from."""
+    return [(1, False)] + list(fed[1:]) if fed else []
+
+
+def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], target, drafts: dict[str, object],
+           cache_len: int, cache_dir: str | None = None, timed: bool = True) -> dict[str, dict[str, dict]]:
+    """Per decoder and group (``logs[decoder][group]``: each generation's target and draft forwards, ``None`` where a
+    generation was not logged): ``verify_block`` (mean tokens per target forward), ``tree_share`` (forwards fed with a
+    mask) and this machine's ``t1_seconds`` / ``tq_seconds`` (the mean priced step per target forward, its draft
+    forwards included) and ``draft_seconds`` (their part of it; 0 without a draft model); the bound itself needs the
+    row's MAT (``timing.cost_bound``). A group with an unlogged generation gets none. ``target``: AR's engine, whose
+    curve prices every target forward; ``drafts[decoder]``: the decoder's draft engine (None: none). ``timed=False``:
+    the blocks only, no curve probed (a batched job)."""
+    out: dict[str, dict[str, dict]] = {}
+    for name, groups in logs.items():
+        for group, generations in groups.items():
+            if not generations or any(fed is None for fed, _ in generations):
+                continue
+            fed = [f for gen, _ in generations for f in steps(gen)]
+            if fed:
+                out.setdefault(name, {})[group] = {"verify_block": sum(q for q, _ in fed) / len(fed),
+                                                   "tree_share": sum(m for _, m in fed) / len(fed),
+                                                   "t1_seconds": None, "tq_seconds": None}
+    if not timed or not out:
+        return out
     curves: dict[int, Curve] = {}
 
-    def curve_of(engine, fed):  # one per engine (a draft model shared by decoders is probed once)
-        largest = max(q for q, _ in fed)
+    def curve_of(engine, largest: int) -> Curve:  # one per engine (a draft model shared by decoders is probed once)
         if id(engine) not in curves:
             curves[id(engine)] = Curve(engine, min(cache_len, engine.max_length - largest - 1), largest, cache_dir)
         curve = curves[id(engine)]
         curve.ensure(engine, largest)
         return curve
 
-    curve = curve_of(decoders["ar"].target, [f for fed in logs.values() for f in fed])
-    out = {}
-    for name, fed in logs.items():
-        draft = price(drafts[name], curve_of(decoders[name].draft, drafts[name])) if drafts[name] else 0.0
-        per = draft / len(fed) if fed else 0.0
-        out[name] = {**blocks[name], "t1_seconds": curve(1), "curve": curve.describe(), "draft_seconds": per,
-                     "tq_seconds": price(fed, curve) / len(fed) + per if fed else None}
+    def widest(role: int, names) -> int:  # (a target's prefill counts as one token: ``steps``)
+        return max((q for n in names for gens in logs[n].values() for g in gens if g[role]
+                    for q, _ in (steps(g[role]) if role == 0 else g[role])), default=1)
+
+    curve = curve_of(target, widest(0, out))
+    for name, groups in out.items():
+        draft = drafts.get(name)
+        draft_curve = curve_of(draft, widest(1, [name])) if draft is not None else None
+        for group, row in groups.items():
+            generations = logs[name][group]
+            fed = [f for gen, _ in generations for f in steps(gen)]
+            drafted = [f for _, gen in generations for f in gen or []]
+            per = price(drafted, draft_curve) / len(fed) if drafted else 0.0
+            row.update(t1_seconds=curve(1), curve=curve.describe(), draft_seconds=per,
+                       tq_seconds=price(fed, curve) / len(fed) + per)
     return out

@@ -226,7 +226,7 @@ class Measured:
     scores: dict[tuple[str, str], dict | None] = field(default_factory=dict)
     refs: dict[str, RefNLL] = field(default_factory=dict)  # sample id -> NLL of its reference (model only)
     audits: dict[tuple[str, str, int], dict] = field(default_factory=dict)  # (decoder, sample id, turn) -> verdict
-    bounds: dict[str, dict] = field(default_factory=dict)  # decoder -> verify block and t(1), t(q) (bound.py)
+    bounds: dict[str, dict] = field(default_factory=dict)  # decoder -> category -> verify block, t(1), t(q) (bound.py)
     batch_size: int = 1  # benchmark.batch_size
     group_of: dict[str, int] = field(default_factory=dict)  # sample id -> the group it was decoded (and timed) in
     rss_before_timing: float | None = None  # peak resident MiB once loaded, before the first generation
@@ -351,23 +351,26 @@ def wrap_up(setup: Setup, m: Measured, stop: Stop) -> None:
 
 
 def wants_bounds(setup: Setup) -> bool:
-    """Whether bound.py's probe runs: not switched off, and not blind (compiled engines replay graphs the hook cannot
-    see). At batch size > 1 it counts the verify blocks only: a batched row's step is a forward of B x q tokens, which
-    t(q) at batch 1 does not price, so timing t(q) there would be thrown away."""
+    """Whether bound.py's bound is computed: not switched off, and not on a compiled engine (its forwards are logged as
+    anywhere, but the bound over a bucketed, graph-replaying curve has not been checked on a GPU yet: off, as it was
+    while a forward hook counted forwards and could not see replayed graphs). At batch size > 1 it counts the verify
+    blocks only: a batched row's step is a forward of B x q tokens, which t(q) at batch 1 does not price, so timing
+    t(q) there would be thrown away."""
     return setup.conf.benchmark.cost_bound and not engine_meta(setup.decoders.values())["compile"]
 
 
-def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict]:
-    """bound.py's probe (``wants_bounds`` decides whether it runs)."""
+def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict[str, dict]]:
+    """bound.py's bound (``wants_bounds`` decides whether it runs): per decoder and category (and "all"), the forwards
+    of the generations whose tokens give the row's MAT (each turn's first repeat), as their engines logged them."""
     from specnoise.bench.bound import bounds
 
-    def steps(s: Sample) -> int:
-        return len(m.runs["ar"][s.id][0].out.tokens)
-
-    # per category, the prompt with the most steps to count
-    longest = [max(group, key=steps) for group in by_category(m.samples).values()]
+    groups = by_category(m.samples)
+    groups["all"] = m.samples
+    logs = {name: {category: [(t.out.forward_log, t.out.draft_forward_log) for s in group for t in m.runs[name][s.id]]
+                   for category, group in groups.items()} for name in m.runs}
+    decoders = {name: setup.decoders.get(name, setup.decoders["ar"]) for name in m.runs}  # REFERENCE is AR's
     lengths = [len(setup.encode(s, [])) for s in m.samples]
-    return bounds(setup.decoders, setup.target.model, [setup.encode(s, []) for s in longest], setup.budget,
+    return bounds(logs, setup.decoders["ar"].target, {n: getattr(d, "draft", None) for n, d in decoders.items()},
                   cache_len=int(fmean(lengths)) + setup.budget // 2, cache_dir=setup.conf.decoder.cost_cache,
                   timed=m.batch_size == 1)
 
@@ -381,12 +384,19 @@ def score(m: Measured) -> None:
     m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), m.conf.benchmark))) if m.answers else {}
 
 
+def logged(fed: list | None) -> list[tuple[int, bool]] | None:
+    """A forward log read back from per_prompt.jsonl (JSON pairs)."""
+    return None if fed is None else [(int(q), bool(masked)) for q, masked in fed]
+
+
 def restore_turns(rows: list[dict], name: str, sample: Sample, encode) -> list[Turn]:
     """Decoder ``name``'s turns of a sample finished by an earlier run, from its per-prompt rows."""
     turns: list[Turn] = []
     for r in sorted((r for r in rows if r["decoder"] == name), key=lambda r: r["turn"]):
         out = DecodeOutput(r["tokens"], r["target_forwards"], r["draft_forwards"], r["accepted"], r["seconds"],
-                           host_reads=r.get("host_reads", 0), batch_size=r.get("group_rows", 1))
+                           host_reads=r.get("host_reads", 0), batch_size=r.get("group_rows", 1),
+                           forward_log=logged(r.get("forward_log")),
+                           draft_forward_log=logged(r.get("draft_forward_log")))
         seconds = r.get("repeat_seconds") or [r["seconds"]]
         turns.append(Turn(encode(sample, [t.text.strip() for t in turns]), out, r["output"], seconds,
                           [r.get("target_seconds")] * len(seconds), [r.get("draft_seconds")] * len(seconds),
@@ -425,7 +435,7 @@ def write_results(setup: Setup, m: Measured, cfg: DictConfig, run_dir: Path, sto
                  "platform": platform.platform(), "torch": torch.__version__,
                  **engine_meta(decoders),
                  "decoders": {n: d.meta for n, d in setup.decoders.items() if getattr(d, "meta", None)},  # tree=auto
-                 "cost_curve": m.bounds.get("ar", {}).get("curve")},  # the cost bound's t(q) (bench/bound.py)
+                 "cost_curve": m.bounds.get("ar", {}).get("all", {}).get("curve")},  # the bound's t(q) (bound.py)
     }
     results["meta"].update(describe(setup.target.model))  # attention backends, strict numerics, device, versions
     path = run_dir / "results.json"
@@ -474,6 +484,8 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "target_seconds": _mean(t.target_seconds), "draft_seconds": _mean(t.draft_seconds),
                 "same_tokens_across_repeats": t.same_tokens if m.lossless else None,
                 "accepted": t.out.accepted, "host_reads": t.out.host_reads,
+                # each forward (tokens fed, with a mask): what the cost bound prices
+                "forward_log": t.out.forward_log, "draft_forward_log": t.out.draft_forward_log,
                 "identical_to_ar": t.out.tokens == ar_tokens if m.same_tokens_check(name) else None,
                 "first_divergence": first_divergence(t.out.tokens, ar_tokens) if m.lossless else None,
                 **audit_fields(m.audits.get((name, s.id, k))),
@@ -556,7 +568,7 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     accepted = [a for o in outs for a in o.accepted]
     target_s = _total([_mean(t.target_seconds) for t in turns])
     draft_s = _total([_mean(t.draft_seconds) for t in turns])
-    bound = m.bounds.get(name, {})
+    bound = m.bounds.get(name, {}).get(category, {})
     # bound.py times t(1), t(q) at batch 1: no bound for a batched row (its step is a forward of B x q tokens; the
     # batched curve t(B·q) is bench/batch_cost.py's), but its verify block q still holds
     t1, tq = (bound.get("t1_seconds"), bound.get("tq_seconds")) if m.batch_of(name) == 1 else (None, None)
@@ -666,5 +678,6 @@ def track(conf: Config, cfg: DictConfig, run_dir: Path, rows: list[dict], per_pr
     with start_run(conf, cfg, run_dir, job_type="bench") as tracker:
         tracker.summary(summary)
         tracker.table("results", table)
-        listed = ("accepted", "tokens", "score_detail", "repeat_seconds")  # wandb tables hold scalars
-        tracker.table("per_prompt", prompts.assign(**{c: prompts[c].map(json.dumps) for c in listed if c in prompts}))
+        # wandb tables hold scalars: lists and dicts (tokens, accepted, the forward logs, ...) as JSON text
+        listed = [c for c in prompts if prompts[c].map(lambda v: isinstance(v, (list, dict))).any()]
+        tracker.table("per_prompt", prompts.assign(**{c: prompts[c].map(json.dumps) for c in listed}))

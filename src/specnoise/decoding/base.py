@@ -41,6 +41,10 @@ class DecodeOutput:
     # rows decoded together (``Decoder.generate_batch``); seconds, target_seconds and draft_seconds are then this
     # row's equal share of the group's, so sums over a group's rows give the group's wall time
     batch_size: int = 1
+    # the target's and the draft model's forwards, each (tokens fed, with a mask): a batched row's own blocks; what
+    # the cost bound prices (bench/bound.py). None: not logged (the peers, a run read back without them)
+    forward_log: list[tuple[int, bool]] | None = None
+    draft_forward_log: list[tuple[int, bool]] | None = None
 
     @property
     def mean_accepted(self) -> float:
@@ -347,6 +351,8 @@ class Decoder:
         if self.cfg.auto and self.drafter is not None:
             self.start_auto(len(prompt), max_new_tokens)  # the first generation probes (or loads) the curves, untimed
         self.host_reads = 0
+        draft_log = self.draft.forward_log if self.draft is not None else []
+        marks = len(self.target.forward_log), len(draft_log)  # (the curve's probes logged theirs)
         sync(self.target.device)
         start = time.perf_counter()
         if not out.done:
@@ -354,6 +360,7 @@ class Decoder:
                 self.decode(prompt, out, self.cfg.seed if seed is None else seed)
         sync(self.target.device)
         seconds = time.perf_counter() - start
+        fed = self.target.forward_log[marks[0]:], draft_log[marks[1]:] if self.draft is not None else None
         target_seconds = draft_seconds = None  # the peers' generate() runs outside the engines' clocks
         if self.drafter is not None:
             self.drafter.after_generation()
@@ -369,6 +376,8 @@ class Decoder:
             host_reads=self.host_reads,
             target_seconds=target_seconds,
             draft_seconds=draft_seconds,
+            forward_log=fed[0] if self.drafter is not None else None,  # (the peers' generate() bypasses the engines)
+            draft_forward_log=fed[1],
         )
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
@@ -421,7 +430,8 @@ class Decoder:
                 tokens=out.tokens, target_forwards=target.forwards,
                 draft_forwards=draft.forwards if draft is not None else 0, accepted=out.accepted,
                 seconds=seconds / n, host_reads=row.host_reads + reads.get(r, 0), target_seconds=target_seconds / n,
-                draft_seconds=draft_seconds / n, batch_size=n))
+                draft_seconds=draft_seconds / n, batch_size=n, forward_log=target.forward_log,
+                draft_forward_log=draft.forward_log if draft is not None else None))
             row.drafter.after_generation()
         if rows[0].auto is not None:  # the first row's choices (rows share the drafter's meta dict)
             rows[0].record_auto()

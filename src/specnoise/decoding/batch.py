@@ -42,6 +42,7 @@ from specnoise.decoding.kv import (
     attention_mask,
     causal_block,
     dense_cache,
+    log_entry,
     upload,
 )
 from specnoise.decoding.static_kv import StaticEngine, capacity_for
@@ -224,6 +225,7 @@ class RowEngine:
         self.vocab_size, self.max_length = engine.vocab_size, engine.max_length
         self.model, self.cache_kw, self.can_keep_last = engine.model, engine.cache_kw, engine.can_keep_last
         self.forwards = 0
+        self.forward_log: list[tuple[int, bool]] = []  # the row's own blocks (kv.py ``Engine.forward_log``)
 
     @property
     def length(self) -> int:
@@ -235,6 +237,7 @@ class RowEngine:
 
     def forward(self, tokens, positions=None, tree=None, last=None) -> torch.Tensor:
         self.forwards += 1
+        self.forward_log.append(log_entry(Forward(self, tokens, positions, tree)))
         return self.kv.forward({self.r: (tokens, positions, tree, last)})[self.r]
 
     def crop(self, n: int) -> None:
@@ -303,6 +306,7 @@ def lockstep(steps: dict[int, Generator], kvs: list[BatchKV], read: Callable[[to
                 rows = sorted(r for r, q in waiting.items() if isinstance(q, Forward) and q.engine.kv is kv)
                 for r in rows:
                     waiting[r].engine.forwards += 1
+                    waiting[r].engine.forward_log.append(log_entry(waiting[r]))
                 logits = kv.forward({r: waiting[r][1:] for r in rows})
                 replies = [logits[r] for r in rows]
             for r, reply in zip(rows, replies):

@@ -26,6 +26,7 @@ class EngineProtocol(Protocol):
     vocab_size: int
     max_length: int
     forwards: int
+    forward_log: list[tuple[int, bool]]  # per forward since reset: (tokens fed, with a mask)
     can_keep_last: bool  # the model's forward takes ``logits_to_keep``
 
     @property

@@ -94,6 +94,13 @@ class Forward(NamedTuple):
     last: int | None = None
 
 
+def log_entry(request: Forward) -> tuple[int, bool]:
+    """A forward request as ``Engine.forward_log`` logs it: (tokens, whether with a mask)."""
+    tokens = request.tokens
+    q = tokens.numel() if isinstance(tokens, torch.Tensor) else len(tokens)
+    return q, request.positions is not None or request.tree is not None
+
+
 class Read(NamedTuple):
     """A request to read ``tensor`` on the host (the reply: ``tensor.tolist()``), counted; a batch reads every row's
     waiting tensor in one device-to-host copy."""
@@ -197,6 +204,9 @@ class Engine:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_length = context_length(model.config)
         self.forwards = 0
+        # per forward since ``reset``: (tokens the model was fed, whether with a mask): the cost bound prices a run's
+        # own forwards by them (bench/bound.py)
+        self.forward_log: list[tuple[int, bool]] = []
         self.clock = Clock(self.device)
         self.cache_kw = cache_keyword(model)
         self.can_keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
@@ -244,7 +254,7 @@ class DynamicEngine(Engine):
 
     def reset(self) -> None:
         self.cache = dense_cache(self.model.config)
-        self.forwards = 0
+        self.forwards, self.forward_log = 0, []
         self.clock.reset()
 
     @property
@@ -275,6 +285,7 @@ class DynamicEngine(Engine):
         with numerics(self.model), self.clock.timing():  # the model's attention-backend / strict-numerics policy
             logits = self.model(input_ids=ids, **kwargs).logits
         self.forwards += 1
+        self.forward_log.append((q, "attention_mask" in kwargs))
         return logits[0, -last:].float() if last is not None else logits[0].float()
 
     def crop(self, n: int) -> None:
