@@ -55,16 +55,17 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], targ
     row's MAT (``timing.cost_bound``). A group with an unlogged generation gets none. ``target``: AR's engine, whose
     curve prices every target forward; ``drafts[decoder]``: the decoder's draft engine (None: none). ``timed=False``:
     the blocks only, no curve probed (a batched job)."""
-    out: dict[str, dict[str, dict]] = {}
+    counted: dict[str, dict[str, tuple[Fed, Fed]]] = {}  # decoder -> group -> (target steps, draft forwards)
     for name, groups in logs.items():
         for group, generations in groups.items():
             if not generations or any(fed is None for fed, _ in generations):
                 continue
             fed = [f for gen, _ in generations for f in steps(gen)]
             if fed:
-                out.setdefault(name, {})[group] = {"verify_block": sum(q for q, _ in fed) / len(fed),
-                                                   "tree_share": sum(m for _, m in fed) / len(fed),
-                                                   "t1_seconds": None, "tq_seconds": None}
+                counted.setdefault(name, {})[group] = fed, [f for _, gen in generations for f in gen or []]
+    out = {name: {group: {"verify_block": sum(q for q, _ in fed) / len(fed),
+                          "tree_share": sum(m for _, m in fed) / len(fed), "t1_seconds": None, "tq_seconds": None}
+                  for group, (fed, _) in groups.items()} for name, groups in counted.items()}
     if not timed or not out:
         return out
     curves: dict[int, Curve] = {}
@@ -76,19 +77,15 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], targ
         curve.ensure(engine, largest)
         return curve
 
-    def widest(role: int, names) -> int:  # (a target's prefill counts as one token: ``steps``)
-        return max((q for n in names for gens in logs[n].values() for g in gens if g[role]
-                    for q, _ in (steps(g[role]) if role == 0 else g[role])), default=1)
+    def widest(names, role: int) -> int:  # the largest forward logged (role 0: target steps, 1: draft forwards)
+        return max((q for n in names for group in counted[n].values() for q, _ in group[role]), default=1)
 
-    curve = curve_of(target, widest(0, out))
-    for name, groups in out.items():
+    curve = curve_of(target, widest(counted, 0))
+    for name, groups in counted.items():
         draft = drafts.get(name)
-        draft_curve = curve_of(draft, widest(1, [name])) if draft is not None else None
-        for group, row in groups.items():
-            generations = logs[name][group]
-            fed = [f for gen, _ in generations for f in steps(gen)]
-            drafted = [f for _, gen in generations for f in gen or []]
+        draft_curve = curve_of(draft, widest([name], 1)) if draft is not None else None
+        for group, (fed, drafted) in groups.items():
             per = price(drafted, draft_curve) / len(fed) if drafted else 0.0
-            row.update(t1_seconds=curve(1), curve=curve.describe(), draft_seconds=per,
-                       tq_seconds=price(fed, curve) / len(fed) + per)
+            out[name][group].update(t1_seconds=curve(1), curve=curve.describe(), draft_seconds=per,
+                                    tq_seconds=price(fed, curve) / len(fed) + per)
     return out

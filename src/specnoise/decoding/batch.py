@@ -235,9 +235,13 @@ class RowEngine:
     def seconds(self) -> float:
         return self.kv.clock.seconds
 
-    def forward(self, tokens, positions=None, tree=None, last=None) -> torch.Tensor:
+    def count(self, tokens, positions=None, tree=None) -> None:
+        """A forward of this row's block: counted, and logged as the row's own (pads are not the row's)."""
         self.forwards += 1
-        self.forward_log.append(log_entry(Forward(self, tokens, positions, tree)))
+        self.forward_log.append(log_entry(tokens, positions, tree))
+
+    def forward(self, tokens, positions=None, tree=None, last=None) -> torch.Tensor:
+        self.count(tokens, positions, tree)
         return self.kv.forward({self.r: (tokens, positions, tree, last)})[self.r]
 
     def crop(self, n: int) -> None:
@@ -305,8 +309,8 @@ def lockstep(steps: dict[int, Generator], kvs: list[BatchKV], read: Callable[[to
                 kv = first.engine.kv
                 rows = sorted(r for r, q in waiting.items() if isinstance(q, Forward) and q.engine.kv is kv)
                 for r in rows:
-                    waiting[r].engine.forwards += 1
-                    waiting[r].engine.forward_log.append(log_entry(waiting[r]))
+                    request = waiting[r]
+                    request.engine.count(request.tokens, request.positions, request.tree)
                 logits = kv.forward({r: waiting[r][1:] for r in rows})
                 replies = [logits[r] for r in rows]
             for r, reply in zip(rows, replies):

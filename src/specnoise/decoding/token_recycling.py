@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from specnoise.decoding.base import Drafter
-from specnoise.decoding.kv import upload
+from specnoise.decoding.kv import upload, upload_tables
 from specnoise.decoding.trees import build_tree
 from specnoise.decoding.verifier import Proposal, chain_shape, tree_shape
 from specnoise.errors import ConfigError
@@ -50,8 +50,7 @@ class Plan:
         for d in range(1, tree.rows + 1):
             at = [i for i, node in enumerate(tree.nodes, start=1) if len(node) == d]
             tables += [at, [tree.parent[i] for i in at], [tree.nodes[i - 1][-1] for i in at]]
-        # one upload split into views (a plan is built per decoder.auto pick)
-        views = torch.tensor([v for t in tables for v in t], device=device).split([len(t) for t in tables])
+        views = upload_tables(tables, device)
         self.levels = [views[i:i + 3] for i in range(0, len(views), 3)]
 
 

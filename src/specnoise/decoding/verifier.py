@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from specnoise.decoding.kv import Forward, Read, as_ids, drive, upload
+from specnoise.decoding.kv import Forward, Read, as_ids, drive, upload, upload_tables
 from specnoise.decoding.sampling import draw, greedy, residual, warp
 from specnoise.decoding.trees import with_prefix
 
@@ -93,8 +93,6 @@ def tree_shape(parents: list[int], paths: list[list[int]] | None = None, *, mask
     if min(first) < 0:
         raise ValueError(f"inputs {[i for i in range(n) if first[i] < 0]} lie on none of the paths")
     span = max(depth) + 1
-    # the tables are filled on the host and sent as one buffer, split into views: a shape is built per new pick
-    # (decoder.auto, tree=auto, a REST trie), and a tensor per table cost ~6 us each, half of a 10-node build
     sees = np.zeros((n, n), dtype=bool)
     sees[[i for i in range(n) for _ in anc[i]], [j for a in anc for j in a]] = True
     sees = torch.from_numpy(sees)
@@ -105,10 +103,9 @@ def tree_shape(parents: list[int], paths: list[list[int]] | None = None, *, mask
     inner = sorted(set(parents))
     slot = {p: j for j, p in enumerate(inner)}
     padded = [j for i in range(n) for j in (paths[first[i]] + [-1] * span)[:span]]
-    tables = [rows, parents, depth, [d * len(paths) - first[i] for i, d in enumerate(depth)], padded, inner,
-              [slot[p] for p in parents]]
-    buffer = torch.from_numpy(np.fromiter((v for t in tables for v in t), dtype=np.int64)).to(device)
-    rows_, parent, depth_, rank, path, inner_, slot_ = buffer.split([len(t) for t in tables])
+    rows_, parent, depth_, rank, path, inner_, slot_ = upload_tables(
+        [rows, parents, depth, [d * len(paths) - first[i] for i, d in enumerate(depth)], padded, inner,
+         [slot[p] for p in parents]], device)
     return Shape(mask=mask.to(device), offsets=depth_ if offsets is None else offsets.to(device), rows=rows_,
                  parent=parent, sees=sees[:, 1:].to(device), depth=depth_, rank=rank, path=path.view(n, span),
                  rows_host=list(rows), span=span, causal=chain, prefix=prefix, inner=inner_, slot=slot_)
