@@ -9,6 +9,7 @@ controller's exploration is a plain AR step; a moderate one mixes sizes, the cas
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from types import SimpleNamespace
 
@@ -20,6 +21,7 @@ from specnoise.config import DECODER_SCHEMAS, ConfigError
 from specnoise.decoding import auto
 from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Batched, Controller, Curve, Nodes, chain_parents
 from specnoise.decoding.base import build_decoder, decoder_class
+from specnoise.decoding.cost import interpolate
 from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.static_kv import StaticEngine
 
@@ -27,9 +29,9 @@ DRAFTERS = ["jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam",
 NEW_TOKENS = 40
 PROMPTS = prompts(3, seed=1)
 CURVES = {
-    "flat": lambda q, kind=CHAIN: 1.0 - 1e-9 * q,  # never dearer for more tokens (a hair cheaper: ties go larger)
-    "steep": lambda q, kind=CHAIN: float(q),
-    "moderate": lambda q, kind=CHAIN: 1.0 + (0.06 if kind == TREE else 0.04) * (q - 1),
+    "flat": lambda q, kind=CHAIN, context=None: 1.0 - 1e-9 * q,  # never dearer for more tokens (ties go larger)
+    "steep": lambda q, kind=CHAIN, context=None: float(q),
+    "moderate": lambda q, kind=CHAIN, context=None: 1.0 + (0.06 if kind == TREE else 0.04) * (q - 1),
 }
 
 
@@ -37,7 +39,7 @@ def with_curve(decoder, name: str):
     """``decoder`` with its controller on a fixed cost curve (and a draft model that costs nothing, but at the
     steep curve: then drafting costs what verifying does)."""
     cost = CURVES[name]
-    decoder.curves = {"target": cost, "draft": cost if name == "steep" else lambda q, kind=CHAIN: 0.0}
+    decoder.curves = {"target": cost, "draft": cost if name == "steep" else lambda q, kind=CHAIN, context=None: 0.0}
     decoder.auto = Controller(cost, backoff=decoder.drafter.backoff, **decoder.drafter.priced_drafting())
     return decoder
 
@@ -64,6 +66,46 @@ def test_the_controller_picks_the_most_tokens_per_second():
     controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1))
     controller.streams["s"] = nodes
     assert controller.size("s", 3, cuts=[0, 2]) == 2 and controller.size("s", 0) == 0
+
+
+def test_a_step_is_priced_at_its_context():
+    """A longer context makes every extra verified token dearer (attention over more cached tokens), so the same
+    statistics pick a shorter chain late in a long text than at its start; the controller prices a step at its
+    context rounded down to ``CONTEXT_STEP`` (the prices are cached per step of text) and a cost without a context
+    (``context`` None) is called without one."""
+    chain = chain_parents(3)
+    nodes = Nodes()
+    for i in range(200):  # p ~ 1, 1/3, 0
+        nodes.observe(chain, [0, 1, 2], {0, 1} if i % 3 == 0 else {0})
+    asked = []
+
+    def cost(q, kind=CHAIN, context=0):
+        asked.append(context)
+        return 1.0 + (0.1 + context / 1000) * (q - 1)  # per extra token: 0.1 at context 0, ~0.5 at 384, ~1.1 at 1024
+
+    controller = Controller(cost)
+    controller.streams["s"] = nodes
+    picks = {}
+    for context in (0, 384 + auto.CONTEXT_STEP - 1, 1024):
+        controller.context = context
+        picks[context] = controller.size("s", 3)
+    assert list(picks.values()) == [2, 1, 0], picks  # as in the test above at slopes 0.1, 0.5 and 1.0
+    assert set(asked) == {0, 384, 1024}
+
+
+def test_a_draft_models_catch_up_from_an_empty_cache_is_priced_at_its_contexts():
+    """A draft model fed 1,200 tokens from an empty cache pays that block at context 0, and saves the one-token
+    forward it replaces at the text's end: at one context for both (as before) it priced long prompts' catch-ups
+    1.8x what they cost."""
+    from specnoise.decoding.speculative import catch_up_cost
+
+    def cost(q, kind=CHAIN, context=None):
+        return 1.0 + 0.01 * q + (0.0 if context is None else 0.001 * q * context)
+
+    assert catch_up_cost(cost, 1200, cached=0) == pytest.approx(cost(1200, CHAIN, 0) - cost(1, CHAIN, 1199))
+    assert catch_up_cost(cost, 1200, cached=0) < catch_up_cost(cost, 1200, cached=600) == pytest.approx(
+        cost(1200, CHAIN, 600) - cost(1, CHAIN, 1799))
+    assert catch_up_cost(cost, 1, cached=0) == 0.0
 
 
 def test_a_template_pick_is_the_likeliest_nodes_and_stays_a_tree():
@@ -211,7 +253,7 @@ def test_an_ouroboros_ar_step_is_a_plain_one_token_forward(target, draft):
         hook.remove()
     sizes = [k for _, k in decoder.auto.sizes]
     assert len(calls) == len(sizes) == out.target_forwards and 0 in sizes[1:] and max(sizes) > 0
-    assert calls[1:] == [k > 0 for k in sizes[1:]] == [masked for _, masked in out.forward_log[1:]]
+    assert calls[1:] == [k > 0 for k in sizes[1:]] == [masked for _, masked, _ in out.forward_log[1:]]
 
 
 def test_drafters_fed_by_their_explorations_do_not_back_off(target, draft):
@@ -248,7 +290,7 @@ def test_lookaheads_window_backs_off_in_a_run_of_ar_steps(target, draft):
 def lookahead_windows(target, over: float, tokens: int = 60) -> tuple[list[bool], int]:
     """Which steps of Lookahead with auto ran its window, where the window's forward costs ``over`` more than an AR
     step's; and the generation's forwards."""
-    cost = lambda q, kind=CHAIN: 1.0 if q <= 1 else 1.0 + over  # noqa: E731
+    cost = lambda q, kind=CHAIN, context=None: 1.0 if q <= 1 else 1.0 + over  # noqa: E731
     decoder = build_decoder(schema("lookahead", auto=True), dataclasses.replace(target, eos_ids=frozenset()), None)
     decoder.curves = {"target": cost}
     decoder.auto = Controller(cost, None, decoder.drafter.backoff)
@@ -391,6 +433,46 @@ def test_the_curve_is_measured_once_then_read_from_its_cache(target, tmp_path, m
     assert not other.exists()
 
 
+def test_a_curve_prices_a_forward_at_its_context(target, tmp_path, monkeypatch):
+    """From an empty cache a curve probes a sparser grid over that short context too, and prices a forward linearly in
+    its context from the short one's price to the long one's (extended beyond, the short one's price below the short
+    one; None: the long one's); both are cached. A curve over a context too close to the engine's cache to tell the two
+    apart, and a file written before the short context was probed, price every context alike."""
+    kv = DynamicEngine(target.model)
+    curve = Curve(kv, context=auto.NEAR_SPAN + 40, largest=10, cache_dir=str(tmp_path))
+    far, near = curve.key["context"], curve.near_context
+    assert near == 0 and kv.length == 0 and kv.forwards == 0 and curve.describe()["near_context"] == 0
+    assert sorted(curve.near[CHAIN]) == sorted(curve.near[TREE]) == [1, 2, 4, 8, 10]
+    assert sorted(curve.times[TREE]) == [1, 2, 3, 4, 5, 6, 8, 10]
+    for q, kind in ((1, CHAIN), (4, TREE), (6, TREE), (10, CHAIN)):
+        t_far, t_near = interpolate(curve.times[kind])(q), interpolate(curve.near[kind])(q)
+        slope = max(0.0, (t_far - t_near) / (far - near))  # (a noisy short probe dearer than the long one: none)
+        assert curve(q, kind) == curve(q, kind, far) == pytest.approx(t_far if slope else t_near)
+        for context, want in ((0, t_near), (far / 2, t_near + far / 2 * slope), (-5, t_near),
+                              (2 * far, t_near + 2 * far * slope)):
+            assert curve(q, kind, context) == pytest.approx(want), (q, kind, context)
+    # a draft model's curve reaches further over the short context: its catch-up over a whole prompt
+    reaching = Curve(DynamicEngine(target.model), context=auto.NEAR_SPAN + 40, largest=4, cache_dir=None, reach=150)
+    assert max(reaching.near[TREE]) == max(reaching.near[CHAIN]) == 150 and max(reaching.times[CHAIN]) == 4
+    assert reaching(150, CHAIN, 0) == pytest.approx(reaching.near[CHAIN][150], rel=0.05)
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("a cached curve must not be probed again")
+
+    monkeypatch.setattr(auto, "measure_forward_costs", no_probe)
+    again = Curve(kv, context=auto.NEAR_SPAN + 40, largest=10, cache_dir=str(tmp_path))
+    assert again.near == curve.near and again(6, TREE, 30) == curve(6, TREE, 30)
+    monkeypatch.undo()
+    old = tmp_path / "old.json"  # a pinned curve from before: no "near" in it
+    old.write_text(json.dumps({"key": curve.key, "seconds": curve.times}))
+    pinned = Curve(kv, context=auto.NEAR_SPAN + 40, largest=10, cache_dir=str(old))
+    assert pinned.near_context is None
+    assert pinned(6, TREE, 0) == pinned(6, TREE, 4 * far) == interpolate(curve.times[TREE])(6)
+    kv.forward(list(range(3, 63)), last=1)  # a cache of 60 tokens: less than NEAR_SPAN below the curve's context
+    close = Curve(kv, context=auto.NEAR_SPAN + 40, largest=4, cache_dir=None)
+    assert close.near_context is None and close(4, TREE, 0) == close(4, TREE)
+
+
 def test_a_pinned_curve_is_created_once_then_only_read(target, tmp_path, monkeypatch):
     """decoder.cost_cache=<file>.json: the first run probes and writes it; from then on any run, whatever sizes it
     needs, prices them from the file (interpolated, extended beyond its largest) and never probes or rewrites it, so
@@ -451,13 +533,15 @@ def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_
 
 
 def test_every_engine_logs_the_forwards_its_model_runs(target, draft):
-    """``DecodeOutput.forward_log``: one (tokens, with a mask) per forward the model itself ran in the timed generation
-    (a forward hook sees them), on the dynamic and the static engine (which feeds the model its padded bucket, always
-    masked); the probes of decoder.auto's curve before it are not the generation's."""
+    """``DecodeOutput.forward_log``: one (tokens, with a mask, tokens cached before it) per forward the model itself
+    ran in the timed generation (a forward hook sees them: the cache ends where the block's first position, its root's,
+    begins), on the dynamic and the static engine (which feeds the model its padded bucket, always masked); the probes
+    of decoder.auto's curve before it are not the generation's."""
     seen = []
 
     def log(module, args, kwargs):
-        seen.append((kwargs["input_ids"].shape[1], kwargs.get("attention_mask") is not None))
+        where = kwargs["position_ids"] if kwargs.get("position_ids") is not None else kwargs["cache_position"]
+        seen.append((kwargs["input_ids"].shape[1], kwargs.get("attention_mask") is not None, int(where.view(-1)[0])))
 
     for loaded in (target, static(target)):
         decoder = build_decoder(schema("tr_jacobi", auto=True, cost_cache=None), loaded, draft)
@@ -469,14 +553,15 @@ def test_every_engine_logs_the_forwards_its_model_runs(target, draft):
             hook.remove()
         assert out.forward_log == seen[-out.target_forwards:] and len(out.forward_log) == out.target_forwards
         steps = out.forward_log
-        assert steps[0][0] >= len(PROMPTS[0]) and (loaded.static_cache or any(m for _, m in steps[1:]))
+        assert steps[0][0] >= len(PROMPTS[0]) and (loaded.static_cache or any(m for _, m, _ in steps[1:]))
+        assert steps[0][2] == 0 and [c for *_, c in steps[1:]] == sorted(c for *_, c in steps[1:]) > [len(PROMPTS[0])]
 
 
 def test_the_bound_prices_a_runs_own_forwards_draft_ones_by_the_drafts_curve(target, draft, tmp_path):
     """speculative's step is its target forward and its draft forwards: the bound's t_step counts both, priced from
     the generations' own logs, the draft ones by the draft engine's curve, so a bound never promises the speed of
     verification alone; the prefill counts as the one-token step AR decodes from."""
-    from specnoise.bench.bound import bounds, price
+    from specnoise.bench.bound import bounds, price, steps
 
     decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld", "speculative")}
     outs = {name: [d.generate(p, 12) for p in PROMPTS[:2]] for name, d in decoders.items()}
@@ -488,19 +573,24 @@ def test_the_bound_prices_a_runs_own_forwards_draft_ones_by_the_drafts_curve(tar
     got = bounds(logs, decoders["ar"].target, drafts, cache_len=len(PROMPTS[0]) + 6, cache_dir=str(tmp_path))
     assert got["ar"]["all"]["draft_seconds"] == got["pld"]["all"]["draft_seconds"] == 0.0
     spec = outs["speculative"]
-    steps = sum(o.target_forwards for o in spec)
-    assert sum(len(o.forward_log) for o in spec) == steps and sum(len(o.draft_forward_log) for o in spec) == sum(
+    forwards = sum(o.target_forwards for o in spec)
+    assert sum(len(o.forward_log) for o in spec) == forwards and sum(len(o.draft_forward_log) for o in spec) == sum(
         o.draft_forwards for o in spec) > 0
-    largest = max(q for o in spec for q, _ in o.draft_forward_log)
+    largest = max(q for o in spec for q, _, _ in o.draft_forward_log)
     curve = Curve(decoders["speculative"].draft, len(PROMPTS[0]) + 6, largest, str(tmp_path))  # from the cache
     drafted = price([f for o in spec for f in o.draft_forward_log], curve)
-    assert got["speculative"]["all"]["draft_seconds"] == pytest.approx(drafted / steps)
+    assert got["speculative"]["all"]["draft_seconds"] == pytest.approx(drafted / forwards)
     assert got["speculative"]["all"]["tq_seconds"] > got["speculative"]["all"]["draft_seconds"] > 0
-    blocks = [q for o in outs["pld"] for q in [1] + [q for q, _ in o.forward_log[1:]]]  # prefills as one-token steps
+    blocks = [q for o in outs["pld"] for q in [1] + [f[0] for f in o.forward_log[1:]]]  # prefills: one-token steps
     assert got["pld"]["all"]["verify_block"] == pytest.approx(sum(blocks) / len(blocks))
     assert got["pld"]["first"]["verify_block"] == pytest.approx(
-        (1 + sum(q for q, _ in outs["pld"][0].forward_log[1:])) / outs["pld"][0].target_forwards)
+        (1 + sum(q for q, _, _ in outs["pld"][0].forward_log[1:])) / outs["pld"][0].target_forwards)
     assert got["ar"]["all"]["verify_block"] == 1.0
+    # t(1) is AR's one-token step at the contexts the decoder's forwards ran at (the prefill: after the prompt)
+    assert steps(outs["ar"][0].forward_log)[0] == (1, False, len(PROMPTS[0]) - 1)
+    fed = [f for o in outs["pld"] for f in steps(o.forward_log)]
+    target_curve = Curve(decoders["ar"].target, len(PROMPTS[0]) + 6, 1, str(tmp_path))
+    assert got["pld"]["all"]["t1_seconds"] == pytest.approx(sum(target_curve(1, CHAIN, f[2]) for f in fed) / len(fed))
 
 
 def test_a_group_with_an_unlogged_generation_gets_no_bound(target, draft):

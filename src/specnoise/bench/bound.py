@@ -2,17 +2,18 @@
 
 A decoder's step verifies q tokens and accepts MAT of them on average, so it runs at most ``MAT x t(1) / t_step`` times
 faster than AR, t_step being what its target forwards cost here. Both come from the run itself: every engine logs each
-forward it runs (``Engine.forward_log``: the tokens the model was fed, and whether with a mask, i.e. a tree / window
-rather than a plain causal chain), a generation hands its log over (``DecodeOutput.forward_log``), and the bound prices
-the very forwards of the generations whose tokens give the row's MAT (each prompt's first repeat) by the forward-cost
-curve of their kind (``decoding/auto.py``'s ``Curve``, timed on AR's engine at the run's threads and dtype over a cache
-of the prompts' typical length, cached per machine + model + settings under ``decoder.cost_cache``); t_step is their
-mean, the prefill priced as the one-token forward AR's first step decodes from. This is what tells "TR-Jacobi accepts
-2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core CPU a 69-token forward costs several one-token forwards,
-on a GPU about one. A decoder with a draft model (speculative, Ouroboros) pays its draft forwards too, logged alike and
-priced by the draft engine's own curve, added to t_step (``draft_seconds`` per target forward), since a bound without
-them promises what no step can reach. The bound leaves out the host's time (``other_seconds``), so measured / bound is
-what the host's work and the curve's error leave of it.
+forward it runs (``Engine.forward_log``: the tokens the model was fed, whether with a mask, i.e. a tree / window
+rather than a plain causal chain, and how many tokens its cache held), a generation hands its log over
+(``DecodeOutput.forward_log``), and the bound prices the very forwards of the generations whose tokens give the row's
+MAT (each prompt's first repeat) by the forward-cost curve of their kind at their own context (``decoding/auto.py``'s
+``Curve``, timed on AR's engine at the run's threads and dtype over an empty cache and one of the prompts' typical
+length, cached per machine + model + settings under ``decoder.cost_cache``); t_step is their mean, the prefill priced
+as the one-token forward AR's first step decodes from, and t(1) the mean of AR's one-token step at the same contexts.
+This is what tells "TR-Jacobi accepts 2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core CPU a 69-token
+forward costs several one-token forwards, on a GPU about one. A decoder with a draft model (speculative, Ouroboros) pays
+its draft forwards too, logged alike and priced by the draft engine's own curve, added to t_step (``draft_seconds`` per
+target forward), since a bound without them promises what no step can reach. The bound leaves out the host's time
+(``other_seconds``), so measured / bound is what the host's work and the curve's error leave of it.
 
 Pricing the timed forwards themselves, not one extra generation per category (as before): a ``decoder.auto`` decoder's
 steps depend on the text and on what its controller has learnt so far (an exploration with a draft model's catch-up over
@@ -29,21 +30,27 @@ from collections.abc import Iterable
 
 from specnoise.decoding.auto import CHAIN, TREE, Curve
 
-Fed = list[tuple[int, bool]]  # (tokens the model was fed, with a mask) per forward: ``Engine.forward_log``
+# (tokens the model was fed, with a mask, tokens cached before it) per forward: ``Engine.forward_log`` (a log kept
+# before the context was logged has pairs: priced at the curve's own context)
+Fed = list[tuple]
 
 
-def kind(masked: bool) -> str:
-    return TREE if masked else CHAIN
+def context(forward: tuple) -> int | None:
+    return forward[2] if len(forward) > 2 else None
 
 
-def price(forwards: Iterable[tuple[int, bool]], curve) -> float:
-    """Seconds the curve gives these forwards."""
-    return sum(curve(q, kind(masked)) for q, masked in forwards)
+def price(forwards: Iterable[tuple], curve) -> float:
+    """Seconds the curve gives these forwards, each of its kind at its context."""
+    return sum(curve(f[0], TREE if f[1] else CHAIN, context(f)) for f in forwards)
 
 
 def steps(fed: Fed) -> Fed:
-    """A generation's target forwards as the bound counts them: the prefill as the one-token step AR decodes from."""
-    return [(1, False)] + list(fed[1:]) if fed else []
+    """A generation's target forwards as the bound counts them: the prefill as the one-token step AR decodes from
+    (after the prompt)."""
+    if not fed:
+        return []
+    first = fed[0]
+    return [(1, False) if context(first) is None else (1, False, first[2] + first[0] - 1)] + list(fed[1:])
 
 
 def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], target, drafts: dict[str, object],
@@ -63,8 +70,8 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], targ
             fed = [f for gen, _ in generations for f in steps(gen)]
             if fed:
                 counted.setdefault(name, {})[group] = fed, [f for _, gen in generations for f in gen or []]
-    out = {name: {group: {"verify_block": sum(q for q, _ in fed) / len(fed),
-                          "tree_share": sum(m for _, m in fed) / len(fed), "t1_seconds": None, "tq_seconds": None}
+    out = {name: {group: {"verify_block": sum(f[0] for f in fed) / len(fed),
+                          "tree_share": sum(f[1] for f in fed) / len(fed), "t1_seconds": None, "tq_seconds": None}
                   for group, (fed, _) in groups.items()} for name, groups in counted.items()}
     if not timed or not out:
         return out
@@ -72,13 +79,14 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], targ
 
     def curve_of(engine, largest: int) -> Curve:  # one per engine (a draft model shared by decoders is probed once)
         if id(engine) not in curves:
+            engine.crop(0)  # the timed generations are over: from an empty cache the curve probes a short context too
             curves[id(engine)] = Curve(engine, min(cache_len, engine.max_length - largest - 1), largest, cache_dir)
         curve = curves[id(engine)]
         curve.ensure(engine, largest)
         return curve
 
     def widest(names, role: int) -> int:  # the largest forward logged (role 0: target steps, 1: draft forwards)
-        return max((q for n in names for group in counted[n].values() for q, _ in group[role]), default=1)
+        return max((f[0] for n in names for group in counted[n].values() for f in group[role]), default=1)
 
     curve = curve_of(target, widest(counted, 0))
     for name, groups in counted.items():
@@ -86,6 +94,7 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], targ
         draft_curve = curve_of(draft, widest([name], 1)) if draft is not None else None
         for group, (fed, drafted) in groups.items():
             per = price(drafted, draft_curve) / len(fed) if drafted else 0.0
-            out[name][group].update(t1_seconds=curve(1), curve=curve.describe(), draft_seconds=per,
+            ar_step = price([(1, False, *f[2:3]) for f in fed], curve) / len(fed)  # AR at the same contexts
+            out[name][group].update(t1_seconds=ar_step, curve=curve.describe(), draft_seconds=per,
                                     tq_seconds=price(fed, curve) / len(fed) + per)
     return out

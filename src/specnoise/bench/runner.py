@@ -384,9 +384,11 @@ def score(m: Measured) -> None:
     m.scores = dict(zip(m.answers, score_answers(list(m.answers.values()), m.conf.benchmark))) if m.answers else {}
 
 
-def logged(fed: list | None) -> list[tuple[int, bool]] | None:
-    """A forward log read back from per_prompt.jsonl (JSON pairs)."""
-    return None if fed is None else [(int(q), bool(masked)) for q, masked in fed]
+def logged(fed: list | None) -> list[tuple] | None:
+    """A forward log read back from per_prompt.jsonl (JSON lists: tokens, with a mask, and the tokens cached before
+    the forward; a run logged before that last field was kept gives pairs, which the bound prices at its curve's
+    context)."""
+    return None if fed is None else [(int(f[0]), bool(f[1]), *map(int, f[2:3])) for f in fed]
 
 
 def restore_turns(rows: list[dict], name: str, sample: Sample, encode) -> list[Turn]:

@@ -5,8 +5,13 @@ The cost curve. A verify step is one target forward of q tokens; what it costs d
 the threads, the dtype, the context length, and on the *kind* of forward: a chain is fed as a plain causal block
 (SDPA's causal fast path), a tree with positions and a 4D mask. ``Curve`` times both kinds on the decoder's own
 engine at the run's settings, over a representative context (the first prompt plus half the budget), on a grid of
-sizes, and interpolates in between. The timings are cached in a small JSON file per machine + model + settings
-(``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe once and a second run reuses it.
+sizes, and interpolates in between; and again over a short context (the empty cache a run starts from) on a sparser
+grid, so a forward is priced at its own context, linearly between the two and extended beyond. On the 2-core CPU the
+shipped small-code-msn's 64-token tree costs 19 ms after 16 cached tokens and 35 ms after 1,264, a one-token forward
+6.8 and 7.9 ms: priced at one context, Spec-Bench's short prompts' trees looked 1.3-1.5x dearer than they ran and a
+draft model's catch-up from an empty cache 1.8x dearer. The timings are cached in a small JSON file per machine +
+model + settings (``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe once and a second
+run reuses it.
 
 The controller. Every drafter lists its candidates as a tree (parents first; a chain is a tree) and asks which to
 propose: ``Drafter.cut(n)`` for a prefix of its own order (a chain by depth, REST's trie by frequency, Lookahead's
@@ -19,13 +24,13 @@ expected accepted tokens per second,
 
     (1 + p_1 + ... + p_k) / (t(1 + extra + k) + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
 
-with t the target curve (``extra``: rows fed beside the tree, Lookahead's window), ``draft_cost`` what drafting k
-tokens costs a draft model, and ``catch_up`` what it costs, beyond that, to feed the draft model first the text it
-has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft keeps up, so each of
-the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
-benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a half-life of ~35), so
-they follow the current text. A node never tried looks as good as its parent (optimism: the pick grows until it
-learns better), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it
+with t the target curve at the step's context (``extra``: rows fed beside the tree, Lookahead's window), ``draft_cost``
+what drafting k tokens costs a draft model, and ``catch_up`` what it costs, beyond that, to feed the draft model first
+the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft keeps up, so
+each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
+benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they
+follow the current text. A node never tried looks as good as its parent (optimism: the pick grows until it learns
+better), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it
 keep being observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft
 model dearer than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per
 second fall short of an AR step's, the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays,
@@ -71,6 +76,14 @@ log = logging.getLogger("specnoise")
 
 CHAIN, TREE = "chain", "tree"  # a causal block without a mask; a block with positions and a 4D mask
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
+# the sizes probed over the short context too: what a longer context adds to a forward grows smoothly with q
+NEAR_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
+# a curve gets a context dimension only where its context is this much longer than the short one: below it the two
+# probes' difference is timing noise
+NEAR_SPAN = 128
+# the controller prices a step at its context rounded down to a multiple of this: a step prices every candidate
+# size, so the prices are computed once per CONTEXT_STEP tokens of text rather than at every step
+CONTEXT_STEP = 32
 FORGET = 0.98  # weight of the past per observation of a rank
 EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
 EXPLORE_MAX = 128  # ... every EXPLORE_MAX-th at the least often, while the best cut stays empty (backing off)
@@ -116,22 +129,33 @@ def pinned_file(path: Path, key: dict) -> Path:
 
 
 class Curve:
-    """t(q, kind) in seconds on ``engine`` over a cache of ``context`` tokens (the engine's own cache, topped up with
-    random tokens): measured for the sizes a run needs (at least up to ``largest``), read from / written to
-    ``cache_dir`` when given (a path ending in .json: that one file, whatever the machine and settings, so a committed
-curve makes a run's choices reproducible anywhere). The probe leaves the engine as it found it."""
+    """t(q, kind, context) in seconds on ``engine``: measured for the sizes a run needs (at least up to ``largest``)
+    over a cache of ``context`` tokens (the engine's own cache, topped up with random tokens) and, where the engine's
+    cache is short enough, over that short cache too (``near``); read from / written to ``cache_dir`` when given (a
+    path ending in .json: that one file, whatever the machine and settings, so a committed curve makes a run's choices
+    reproducible anywhere; one written before the short context was probed prices every context alike). The probe
+    leaves the engine as it found it."""
 
-    def __init__(self, engine, context: int, largest: int, cache_dir: str | None):
+    def __init__(self, engine, context: int, largest: int, cache_dir: str | None, reach: int = 0):
         context = min(context, engine.max_length - largest - 1)
+        # the longest forward probed over the short context: a draft model's catch-up feeds a whole prompt from an
+        # empty cache, which a linear extension past ``largest`` priced at 0.7x (small-code-draft, 1,200 tokens)
+        self.reach = reach
         self.key = machine_key(engine, max(context, 0))
         digest = hashlib.sha1(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:16]
         self.path = Path(cache_dir) / f"forward-cost-{digest}.json" if cache_dir else None
         if cache_dir and cache_dir.endswith(".json"):  # a pinned curve: this file whatever the machine (reproducible)
             self.path = pinned_file(Path(cache_dir), self.key)
         self.times: dict[str, dict[int, float]] = {CHAIN: {}, TREE: {}}
+        self.near: dict[str, dict[int, float]] = {CHAIN: {}, TREE: {}}  # over ``near_context`` cached tokens
+        self.near_context: int | None = None
         if self.path is not None and self.path.exists():
             saved = json.loads(self.path.read_text())
             self.times = {kind: {int(q): t for q, t in saved["seconds"][kind].items()} for kind in (CHAIN, TREE)}
+            if "near" in saved:
+                self.near_context = saved["near"]["context"]
+                self.near = {kind: {int(q): t for q, t in saved["near"]["seconds"][kind].items()}
+                             for kind in (CHAIN, TREE)}
         self.cached = bool(self.times[CHAIN])
         self.version = 0
         # a static engine pads a block to its bucket (static_kv.py): a forward of q tokens costs t(bucket >= q), a
@@ -145,63 +169,100 @@ curve makes a run's choices reproducible anywhere). The probe leaves the engine 
         self.ensure(engine, largest)
 
     def ensure(self, engine, largest: int) -> None:
-        """Probe the grid sizes up to ``largest`` that are not measured yet (both kinds), and save; nothing for a
-        pinned curve."""
+        """Probe the grid sizes up to ``largest`` that are not measured yet (both kinds, both contexts), and save;
+        nothing for a pinned curve."""
         if self.pinned:
             return
         # no larger than fits after the curve's context, or after the engine's cache where that is longer (the probe
         # goes after it; sizes beyond are extended linearly): the bound probes a draft engine that still holds a
         # 1,329-token generation for its 1,292-token catch-up
-        largest = min(largest, engine.max_length - max(self.key["context"], engine.length) - 1)
+        context = self.key["context"]
+        largest = min(largest, engine.max_length - max(context, engine.length) - 1)
         qs = [q for q in GRID if q <= largest] + ([largest] if largest not in GRID else [])
         qs += [b for b in self.buckets if b <= largest] + [b for b in self.buckets if b >= largest][:1]
         todo = sorted({q for q in qs if q not in self.times[CHAIN]} | {1, 2})
         todo = [q for q in todo if q not in self.times[CHAIN] or q not in self.times[TREE]]
-        if not todo:
+        # the short context: the engine's own cache, where it is much shorter than the curve's context (a run probes
+        # before its first generation, from an empty cache); once chosen, probed again only over a cache as short
+        near = self.near_context
+        if near is None and engine.length + NEAR_SPAN <= context:
+            near = engine.length
+        wide = [q for q in qs if q in NEAR_GRID or q == max(qs) or q in self.buckets]
+        if self.reach > max(qs):
+            wide.append(min(self.reach, engine.max_length - engine.length - 1))
+        near_todo = sorted(q for q in {1, 2, *wide} if q not in self.near[CHAIN] or q not in self.near[TREE])
+        if near is None or engine.length > near:
+            near_todo = []
+        if not todo and not near_todo:
             return
         # on the CPU the process's CPU time: what a forward costs, which other jobs on the machine do not inflate
         # (they do inflate wall time, the more the longer the forward); on a GPU wall time, synchronised
         clock = time.process_time if engine.device.type == "cpu" else time.perf_counter
         saved = engine.clock.host, list(engine.clock.events)  # the probe leaves the engine as found
         for kind in (CHAIN, TREE):
-            got = measure_forward_costs(engine, todo, cache_len=self.key["context"], repeats=REPEATS,
-                                        warmup=WARMUP, reduce=min, causal=kind == CHAIN, clock=clock)
-            self.times[kind].update(got)
+            for times, sizes, cache_len in ((self.times, todo, context), (self.near, near_todo, near)):
+                if sizes:
+                    times[kind].update(measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS,
+                                                             warmup=WARMUP, reduce=min, causal=kind == CHAIN,
+                                                             clock=clock))
+        if near_todo:
+            self.near_context = near
         self.version += 1  # prices derived from the old fit are stale (Controller.price_list)
         engine.clock.host, engine.clock.events = saved
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"key": self.key, "seconds": self.times}, indent=1, sort_keys=True))
+            record = {"key": self.key, "seconds": self.times}
+            if self.near_context is not None:
+                record["near"] = {"context": self.near_context, "seconds": self.near}
+            tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
             tmp.replace(self.path)  # atomic: a reader never sees half a file
         self.fits = None
 
-    def __call__(self, q: float, kind: str = CHAIN) -> float:
-        return self.fit(self.padded(q), kind)
+    def __call__(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
+        return self.fit(self.padded(q), kind, context)
 
     def padded(self, q: float) -> float:
         """The block a forward of q new tokens runs: a static engine's bucket for q, where q fits one."""
         return next(b for b in self.buckets if b >= q) if self.buckets and q <= self.buckets[-1] else q
 
-    def fit(self, q: float, kind: str = CHAIN) -> float:
-        """t(q) from the probed sizes, for a block of q tokens as it runs (``padded``)."""
+    def fit(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
+        """t(q) from the probed sizes, for a block of q tokens as it runs (``padded``) after ``context`` cached
+        tokens: linear in the context from the short one's price to the curve's own (a longer one: extended; a shorter
+        one: the short one's price; None: the curve's own context)."""
         if getattr(self, "fits", None) is None:
             self.fits = {k: interpolate(v) for k, v in self.times.items()}
-            self.priced: dict[tuple[float, str], float] = {}
+            self.near_fits = {k: interpolate(v) for k, v in self.near.items() if v}
+            self.priced: dict[tuple[float, str], tuple[float, float]] = {}
         # remembered: the controller prices every candidate size at every step, a fit walks the grid
         key = (q, CHAIN if q <= 1 else kind)
-        if key not in self.priced:
-            self.priced[key] = self.fits[key[1]](q)
-        return self.priced[key]
+        got = self.priced.get(key)
+        if got is None:
+            far = self.fits[key[1]](q)
+            if key[1] in self.near_fits and self.key["context"] > self.near_context:
+                # from the short context's price, which probes the longest forward from there (a draft model's
+                # catch-up over a prompt); a noisy probe that timed the short context dearer: no slope
+                near = self.near_fits[key[1]](q)
+                got = near, max(0.0, (far - near) / (self.key["context"] - self.near_context))
+            else:
+                got = far, 0.0
+            self.priced[key] = got
+        t, slope = got
+        if not slope:
+            return t
+        return t + (max(self.key["context"] if context is None else context, self.near_context)
+                    - self.near_context) * slope
 
     def ratios(self, kind: str) -> dict[int, float]:
         """t(q) / t(1) at the measured sizes (results.json meta)."""
         return {q: round(t / self.times[CHAIN][1], 3) for q, t in sorted(self.times[kind].items())}
 
     def describe(self) -> dict:
+        near = self.near[CHAIN].get(1)
         return {"cache_file": str(self.path) if self.path else None, "from_cache": self.cached,
                 "context": self.key["context"], "threads": self.key["threads"], "engine": self.key["engine"],
                 "t1_ms": round(self.times[CHAIN][1] * 1e3, 3),
+                "near_context": self.near_context, "near_t1_ms": None if near is None else round(near * 1e3, 3),
                 "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE)}
 
 
@@ -213,12 +274,13 @@ class Batched:
     def __init__(self, curve: Curve, rows: int):
         self.curve, self.rows = curve, rows
 
-    def __call__(self, q: float, kind: str = CHAIN) -> float:
+    def __call__(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
         curve = self.curve
         if not isinstance(curve, Curve):  # (tests price with plain functions)
             return curve(q * self.rows, kind) / self.rows
-        # every row's block is padded to the step's bucket (batch.py), then rows x that run as one eager forward
-        return curve.fit(curve.padded(q) * self.rows, kind) / self.rows
+        # every row's block is padded to the step's bucket (batch.py), then rows x that run as one eager forward (its
+        # context: this row's, as if its neighbours' were alike)
+        return curve.fit(curve.padded(q) * self.rows, kind, context) / self.rows
 
     @property
     def version(self) -> int:
@@ -315,16 +377,18 @@ class Nodes:
 
 
 class Controller:
-    """Chooses each step's proposal (see the module docstring). ``cost(q, kind)``: seconds of a target forward of q
-    tokens; ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens;
+    """Chooses each step's proposal (see the module docstring). ``cost(q, kind[, context])``: seconds of a target
+    forward of q tokens (after ``context`` cached ones: ``context``, set by ``Decoder.steps`` every step, as ``room``;
+    None: a cost without one); ``draft_cost(stream, k)``: seconds a drafter spends on a draft model to draft k tokens;
     ``catch_up(stream)``: seconds its draft model needs beyond that to catch up with the text first (``room``: tokens
-    still to come, set by ``Decoder.steps`` every step)."""
+    still to come)."""
 
     def __init__(self, cost: Callable[[float, str], float],
                  draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True, sticky: float = 0.0,
                  catch_up: Callable[[str], float] | None = None):
         self.cost, self.draft_cost = cost, draft_cost  # (draft_cost None: drafting costs no draft model)
         self.catch_up, self.room = catch_up, 1
+        self.context: int | None = None
         self.backoff = backoff  # False: every EXPLORE-th step explores, whatever it paid (Drafter.backoff)
         self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
         self.streams: dict[str, Nodes] = {}
@@ -340,13 +404,23 @@ class Controller:
     def cost(self, cost: Callable[[float, str], float]) -> None:  # a batch's rows are re-priced per batch size
         self._cost, self.prices = cost, {}
 
+    def at(self) -> int | None:
+        """The context this step is priced at: its own, rounded down to a multiple of ``CONTEXT_STEP``."""
+        return None if self.context is None else self.context // CONTEXT_STEP * CONTEXT_STEP
+
+    def t(self, q: float, kind: str) -> float:
+        """Seconds of a target forward of q tokens of this kind at this step's context."""
+        at = self.at()
+        return self._cost(q, kind) if at is None else self._cost(q, kind, at)
+
     def price_list(self, kind: str, extra: int, n: int) -> list[float]:
         """The target forward's seconds for 0..n candidates (and ``extra`` rows) of this kind: every step prices every
-        size, so they are looked up once per curve (a curve that probes more sizes, ``version``, is priced anew)."""
-        key = (kind, extra, n, getattr(self._cost, "version", 0))
+        size, so they are looked up once per curve and context (``at``; a curve that probes more sizes, ``version``, is
+        priced anew)."""
+        key = (kind, extra, n, getattr(self._cost, "version", 0), self.at())
         got = self.prices.get(key)
         if got is None:
-            got = self.prices[key] = [self._cost(1 + extra + k, kind) for k in range(n + 1)]
+            got = self.prices[key] = [self.t(1 + extra + k, kind) for k in range(n + 1)]
         return got
 
     def begin(self) -> None:
@@ -361,8 +435,8 @@ class Controller:
         """Seconds of a step that verifies ``k`` candidates and is expected to emit ``tokens``: the target's forward,
         the drafting of them and the tokens' share of the draft model's catch-up."""
         if not (self.draft_cost and k):
-            return self.cost(1 + extra + k, kind)
-        return self.cost(1 + extra + k, kind) + self.draft_cost(stream, k) + tokens * self.share(stream)
+            return self.t(1 + extra + k, kind)
+        return self.t(1 + extra + k, kind) + self.draft_cost(stream, k) + tokens * self.share(stream)
 
     def behind(self, stream: str) -> float:
         """Seconds of the draft model's catch-up before this step could draft (0 without a draft model)."""
@@ -429,7 +503,7 @@ class Controller:
         price = self.price_list(kind, extra, max(sizes, default=0))
         draft = self.draft_cost
         share = self.share(stream)
-        best, best_rate, gain, done = 0, 1.0 / self.cost(1, CHAIN), 1.0, 0
+        best, best_rate, gain, done = 0, 1.0 / self.t(1, CHAIN), 1.0, 0
         for k in sizes:
             if k == 0:
                 continue
@@ -492,7 +566,7 @@ class Controller:
         nodes, parents, keep = self.asked
         self.asked = None
         if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
-            nodes.explore.result(paid=(1 + v.accepted) / self.probe > 1 / self.cost(1, CHAIN))
+            nodes.explore.result(paid=(1 + v.accepted) / self.probe > 1 / self.t(1, CHAIN))
             self.probe = None
         proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})

@@ -41,10 +41,11 @@ class DecodeOutput:
     # rows decoded together (``Decoder.generate_batch``); seconds, target_seconds and draft_seconds are then this
     # row's equal share of the group's, so sums over a group's rows give the group's wall time
     batch_size: int = 1
-    # the target's and the draft model's forwards, each (tokens fed, with a mask): a batched row's own blocks; what
-    # the cost bound prices (bench/bound.py). None: not logged (the peers, a run read back without them)
-    forward_log: list[tuple[int, bool]] | None = None
-    draft_forward_log: list[tuple[int, bool]] | None = None
+    # the target's and the draft model's forwards, each (tokens fed, with a mask, tokens cached before it): a batched
+    # row's own blocks; what the cost bound prices (bench/bound.py). None: not logged (the peers, a run read back
+    # without them)
+    forward_log: list[tuple[int, bool, int]] | None = None
+    draft_forward_log: list[tuple[int, bool, int]] | None = None
 
     @property
     def mean_accepted(self) -> float:
@@ -259,6 +260,7 @@ class Decoder:
         while True:
             if auto is not None:
                 auto.room = out.budget - len(out.tokens)  # tokens still to come (a draft model's catch-up is theirs)
+                auto.context = len(prompt) + len(out.tokens) - 1  # what the step's block attends to besides itself
             proposal = yield from drafter.propose_steps(out.budget - len(out.tokens) - 1)
             v = yield from verifier.steps(pending, proposal, base=len(out.tokens))
             if auto is not None:
@@ -279,7 +281,8 @@ class Decoder:
             context = prompt_len + budget // 2
             self.curves["target"] = curve = Curve(self.target, context, largest_probe(self.target), cache)
             if self.draft is not None:
-                self.curves["draft"] = Curve(self.draft, context, largest_probe(self.draft), cache)
+                # (its catch-ups feed a prompt from an empty cache: priced from a probe of that length)
+                self.curves["draft"] = Curve(self.draft, context, largest_probe(self.draft), cache, reach=prompt_len)
             # a step shape is a recorded CUDA graph on a graph engine: there a template's pick changes only for a
             # clear gain (auto.STICKY)
             self.auto = Controller(curve, backoff=self.drafter.backoff,

@@ -225,7 +225,7 @@ class RowEngine:
         self.vocab_size, self.max_length = engine.vocab_size, engine.max_length
         self.model, self.cache_kw, self.can_keep_last = engine.model, engine.cache_kw, engine.can_keep_last
         self.forwards = 0
-        self.forward_log: list[tuple[int, bool]] = []  # the row's own blocks (kv.py ``Engine.forward_log``)
+        self.forward_log: list[tuple[int, bool, int]] = []  # the row's own blocks (kv.py ``Engine.forward_log``)
 
     @property
     def length(self) -> int:
@@ -238,7 +238,7 @@ class RowEngine:
     def count(self, tokens, positions=None, tree=None) -> None:
         """A forward of this row's block: counted, and logged as the row's own (pads are not the row's)."""
         self.forwards += 1
-        self.forward_log.append(log_entry(tokens, positions, tree))
+        self.forward_log.append(log_entry(tokens, positions, tree, self.length))
 
     def forward(self, tokens, positions=None, tree=None, last=None) -> torch.Tensor:
         self.count(tokens, positions, tree)

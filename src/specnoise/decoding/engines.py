@@ -26,7 +26,7 @@ class EngineProtocol(Protocol):
     vocab_size: int
     max_length: int
     forwards: int
-    forward_log: list[tuple[int, bool]]  # per forward since reset: (tokens fed, with a mask)
+    forward_log: list[tuple[int, bool, int]]  # per forward since reset: (tokens fed, with a mask, cached before it)
     can_keep_last: bool  # the model's forward takes ``logits_to_keep``
 
     @property

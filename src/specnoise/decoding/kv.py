@@ -103,11 +103,11 @@ class Forward(NamedTuple):
     last: int | None = None
 
 
-def log_entry(tokens, positions=None, tree=None) -> tuple[int, bool]:
+def log_entry(tokens, positions=None, tree=None, context: int = 0) -> tuple[int, bool, int]:
     """A forward of ``tokens`` as ``Engine.forward_log`` logs it: (tokens, whether with a mask: explicit positions or a
-    tree get one, a plain causal block does not)."""
+    tree get one, a plain causal block does not, the cached tokens it attends to besides its own)."""
     q = tokens.numel() if isinstance(tokens, torch.Tensor) else len(tokens)
-    return q, positions is not None or tree is not None
+    return q, positions is not None or tree is not None, context
 
 
 class Read(NamedTuple):
@@ -215,7 +215,7 @@ class Engine:
         self.forwards = 0
         # per forward since ``reset``: (tokens the model was fed, whether with a mask): the cost bound prices a run's
         # own forwards by them (bench/bound.py)
-        self.forward_log: list[tuple[int, bool]] = []
+        self.forward_log: list[tuple[int, bool, int]] = []
         self.clock = Clock(self.device)
         self.cache_kw = cache_keyword(model)
         self.can_keep_last = "logits_to_keep" in inspect.signature(model.forward).parameters
@@ -294,7 +294,7 @@ class DynamicEngine(Engine):
         with numerics(self.model), self.clock.timing():  # the model's attention-backend / strict-numerics policy
             logits = self.model(input_ids=ids, **kwargs).logits
         self.forwards += 1
-        self.forward_log.append(log_entry(ids, positions, tree))
+        self.forward_log.append(log_entry(ids, positions, tree, P))
         return logits[0, -last:].float() if last is not None else logits[0].float()
 
     def crop(self, n: int) -> None:

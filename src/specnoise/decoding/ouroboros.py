@@ -169,13 +169,13 @@ class Ouroboros(Drafter):
     def draft_cost(self, stream, k):
         """k drafted tokens take k / (tokens per lookahead step) draft forwards of the mean block (counted so far)."""
         per_step, block = self.draft_steps()
-        return min(k, self.cfg.gamma) / per_step * self.decoder.curves["draft"](block, TREE)
+        return min(k, self.cfg.gamma) / per_step * self.decoder.curves["draft"](block, TREE, len(self.seq))
 
     def catch_up(self, stream):
         """The first lookahead step is fed every token the draft has not seen beside its block: beyond the block,
         that."""
         return catch_up_cost(self.decoder.curves["draft"], len(self.seq) - self.draft.length, self.draft_steps()[1],
-                             TREE)
+                             TREE, self.draft.length)
 
     def draft_steps(self) -> tuple[float, float]:
         """(tokens a lookahead step of the draft gives, rows it feeds): the means so far."""

@@ -78,10 +78,14 @@ def draft_tokens(draft: Engine, seq: list[int], n: int, vocab: int,
     return tokens, q
 
 
-def catch_up_cost(curve, behind: int, block: float = 1, kind: str = CHAIN) -> float:
+def catch_up_cost(curve, behind: int, block: float = 1, kind: str = CHAIN, cached: int = 0) -> float:
     """What a draft forward of ``block`` rows costs beyond itself when it first feeds the ``behind`` tokens the draft
-    model has not seen (the last of them its root): decoder.auto's ``Drafter.catch_up``."""
-    return curve(behind - 1 + block, kind) - curve(block, kind) if behind > 1 else 0.0
+    model has not seen (the last of them its root) after the ``cached`` ones it holds: decoder.auto's
+    ``Drafter.catch_up``. Each forward priced at its own context (a catch-up from an empty cache attends to less than
+    the drafting forward it replaces)."""
+    if behind <= 1:
+        return 0.0
+    return max(0.0, curve(behind - 1 + block, kind, cached) - curve(block, kind, cached + behind - 1))
 
 
 def rewind(model: Engine, fed: list[int], seq: list[int]) -> None:
@@ -116,11 +120,11 @@ class Speculative(Drafter):
         return Proposal(drafts, self.chain(drafts).shape, q=None if q is None else q.to(self.target.device))
 
     def draft_cost(self, stream, k):
-        return k * self.decoder.curves["draft"](1)  # one one-token draft forward per drafted token
+        return k * self.decoder.curves["draft"](1, CHAIN, len(self.seq))  # one one-token draft forward per token
 
     def catch_up(self, stream):
         """The first draft forward is fed every token the draft has not seen: beyond a one-token forward, that."""
-        return catch_up_cost(self.decoder.curves["draft"], len(self.seq) - self.draft.length)
+        return catch_up_cost(self.decoder.curves["draft"], len(self.seq) - self.draft.length, cached=self.draft.length)
 
     def observe(self, v):
         before = len(self.seq)

@@ -120,7 +120,7 @@ class StaticEngine(Engine):
         self._shift(q - size)  # the model advanced every offset by the padded size
         self._length = P + q
         self.forwards += 1
-        self.forward_log.append((size, True))  # the model ran the padded block, always with a mask
+        self.forward_log.append((size, True, P))  # the model ran the padded block, always with a mask
         return logits
 
     def _logits(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, **kwargs) -> torch.Tensor:
