@@ -20,7 +20,7 @@ from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, cycle_successor, ma
 from specnoise.config import DECODER_SCHEMAS, ConfigError
 from specnoise.decoding import auto
 from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Batched, Controller, Curve, Nodes, chain_parents
-from specnoise.decoding.base import build_decoder, decoder_class
+from specnoise.decoding.base import LONG_CONTEXT, build_decoder, decoder_class, largest_probe
 from specnoise.decoding.cost import interpolate
 from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.static_kv import StaticEngine
@@ -528,7 +528,10 @@ def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_
     prompt = PROMPTS[0]
     assert decoder.generate(prompt, 12).tokens == ar(target, prompt, 12)
     meta = decoder.meta["auto"]
-    assert meta["cache_file"].startswith(str(tmp_path)) and meta["context"] == len(prompt) + 6
+    # over a long context (capped where the model's context leaves no room for its largest probe) and the empty cache
+    want = min(max(len(prompt) + 6, LONG_CONTEXT), decoder.target.max_length - largest_probe(decoder.target) - 1)
+    assert meta["cache_file"].startswith(str(tmp_path)) and meta["context"] == want
+    assert meta["near_context"] == (0 if want >= auto.NEAR_SPAN else None)
     assert meta["chain_ratio"][1] == 1.0 and "pld" in meta["streams"]
 
 

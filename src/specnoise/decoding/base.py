@@ -193,6 +193,9 @@ class Drafter:
         return clone
 
 
+LONG_CONTEXT = 1024  # decoder.auto's curve is probed over a context at least this long (Curve caps it to the model's)
+
+
 def largest_probe(kv) -> int:
     """The largest proposal decoder.auto prices at batch 1 on engine ``kv``: its cost curve is probed up to here."""
     return min(128, kv.max_length // 2)
@@ -274,11 +277,13 @@ class Decoder:
             pending = v.bonus
 
     def start_auto(self, prompt_len: int, budget: int) -> None:
-        """decoder.auto: the cost curves over a representative context (the first prompt plus half the budget) and the
-        controller, once; then a new generation's size record."""
+        """decoder.auto: the cost curves (from the empty cache to a long context: the first prompt plus half the
+        budget, at least ``LONG_CONTEXT``) and the controller, once; then a new generation's size record."""
         if self.auto is None:
             cache = self.cfg.cost_cache
-            context = prompt_len + budget // 2
+            # the curve prices a step at its context between the two probed ones and extends past the longer: probed
+            # up to the first prompt alone (Spec-Bench's first, 62 tokens + 64) its slope was too short to read
+            context = max(prompt_len + budget // 2, LONG_CONTEXT)
             self.curves["target"] = curve = Curve(self.target, context, largest_probe(self.target), cache)
             if self.draft is not None:
                 # (its catch-ups feed a prompt from an empty cache: priced from a probe of that length)
