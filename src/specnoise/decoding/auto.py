@@ -1,17 +1,16 @@
 """Hardware-aware drafting (``decoder.auto=true``): what the decoder's forwards cost here, and one controller that sizes
 every step's proposal from it.
 
-The cost curve. A verify step is one target forward of q tokens; what it costs depends on the machine, the engine,
-the threads, the dtype, the context length, and on the *kind* of forward: a chain is fed as a plain causal block
-(SDPA's causal fast path), a tree with positions and a 4D mask. ``Curve`` times both kinds on the decoder's own
-engine at the run's settings, over a representative context (the first prompt plus half the budget), on a grid of
-sizes, and interpolates in between; and again over a short context (the empty cache a run starts from) on a sparser
-grid, so a forward is priced at its own context, linearly between the two and extended beyond. On the 2-core CPU the
-shipped small-code-msn's 64-token tree costs 19 ms after 16 cached tokens and 35 ms after 1,264, a one-token forward
-6.8 and 7.9 ms: priced at one context, Spec-Bench's short prompts' trees looked 1.3-1.5x dearer than they ran and a
-draft model's catch-up from an empty cache 1.8x dearer. The timings are cached in a small JSON file per machine +
-model + settings (``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe once and a second
-run reuses it.
+The cost curve. A verify step is one target forward of q tokens; what it costs depends on the machine, the engine, the
+threads, the dtype, the context length, and on the *kind* of forward: a chain is fed as a plain causal block (SDPA's
+causal fast path), a tree with positions and a 4D mask. ``Curve`` times both kinds on the decoder's own engine at the
+run's settings, over a long context (the first prompt plus half the budget, at least 1,024 tokens), on a grid of sizes,
+and interpolates in between; and again over a short context (the empty cache a run starts from) on a sparser grid, so a
+forward is priced at its own context, linearly between the two and extended beyond. On the 2-core CPU the shipped
+small-code-msn's 64-token tree costs 19 ms after 16 cached tokens and 35 ms after 1,264, a one-token forward 6.8 and 7.9
+ms: priced at one context, Spec-Bench's short prompts' trees looked 1.3-1.5x dearer than they ran and a draft model's
+catch-up from an empty cache 1.8x dearer. The timings are cached in a small JSON file per machine + model + settings
+(``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe once and a second run reuses it.
 
 The controller. Every drafter lists its candidates as a tree (parents first; a chain is a tree) and asks which to
 propose: ``Drafter.cut(n)`` for a prefix of its own order (a chain by depth, REST's trie by frequency, Lookahead's
