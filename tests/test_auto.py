@@ -91,6 +91,9 @@ def test_a_step_is_priced_at_its_context():
         picks[context] = controller.size("s", 3)
     assert list(picks.values()) == [2, 1, 0], picks  # as in the test above at slopes 0.1, 0.5 and 1.0
     assert set(asked) == {0, 384, 1024}
+    plain = Controller(lambda q, kind=CHAIN: 1.0 + 0.1 * (q - 1))  # no context set: priced as before
+    plain.streams["s"] = nodes
+    assert plain.context is None and plain.size("s", 3) == 2
 
 
 def test_a_draft_models_catch_up_from_an_empty_cache_is_priced_at_its_contexts():

@@ -186,12 +186,12 @@ class Curve:
         near = self.near_context
         if near is None and engine.length + NEAR_SPAN <= context:
             near = engine.length
-        wide = [q for q in qs if q in NEAR_GRID or q == max(qs) or q in self.buckets]
-        if self.reach > max(qs):
-            wide.append(min(self.reach, engine.max_length - engine.length - 1))
-        near_todo = sorted(q for q in {1, 2, *wide} if q not in self.near[CHAIN] or q not in self.near[TREE])
-        if near is None or engine.length > near:
-            near_todo = []
+        near_todo: list[int] = []
+        if near is not None and engine.length <= near:
+            wide = {1, 2, max(qs), *(q for q in qs if q in NEAR_GRID or q in self.buckets)}
+            if self.reach > max(qs):
+                wide.add(min(self.reach, engine.max_length - engine.length - 1))
+            near_todo = sorted(q for q in wide if q not in self.near[CHAIN] or q not in self.near[TREE])
         if not todo and not near_todo:
             return
         # on the CPU the process's CPU time: what a forward costs, which other jobs on the machine do not inflate

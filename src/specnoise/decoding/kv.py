@@ -213,8 +213,8 @@ class Engine:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_length = context_length(model.config)
         self.forwards = 0
-        # per forward since ``reset``: (tokens the model was fed, whether with a mask): the cost bound prices a run's
-        # own forwards by them (bench/bound.py)
+        # per forward since ``reset``: (tokens the model was fed, whether with a mask, tokens cached before it): the
+        # cost bound prices a run's own forwards by them, each at its context (bench/bound.py)
         self.forward_log: list[tuple[int, bool, int]] = []
         self.clock = Clock(self.device)
         self.cache_kw = cache_keyword(model)
