@@ -437,22 +437,23 @@ def test_the_curve_is_measured_once_then_read_from_its_cache(target, tmp_path, m
 
 
 def test_a_curve_prices_a_forward_at_its_context(target, tmp_path, monkeypatch):
-    """From an empty cache a curve probes a sparser grid over that short context too, and prices a forward linearly in
-    its context from the short one's price to the long one's (extended beyond, the short one's price below the short
-    one; None: the long one's); both are cached. A curve over a context too close to the engine's cache to tell the two
-    apart, and a file written before the short context was probed, price every context alike."""
+    """From an empty cache a curve probes a sparser grid over a short context too (NEAR_FLOOR tokens: over an empty
+    cache a block takes a maskless path no later forward takes), and prices a forward linearly in its context from the
+    short one's price to the long one's (extended beyond, the short one's price below the short one; None: the long
+    one's); both are cached. A curve over a context too close to the engine's cache to tell the two apart, and a file
+    written before the short context was probed, price every context alike."""
     kv = DynamicEngine(target.model)
     curve = Curve(kv, context=auto.NEAR_SPAN + 40, largest=10, cache_dir=str(tmp_path))
     far, near = curve.key["context"], curve.near_context
-    assert near == 0 and kv.length == 0 and kv.forwards == 0 and curve.describe()["near_context"] == 0
+    assert near == auto.NEAR_FLOOR and kv.length == 0 and kv.forwards == 0 and curve.describe()["near_context"] == near
     assert sorted(curve.near[CHAIN]) == sorted(curve.near[TREE]) == [1, 2, 4, 8, 10]
     assert sorted(curve.times[TREE]) == [1, 2, 3, 4, 5, 6, 8, 10]
     for q, kind in ((1, CHAIN), (4, TREE), (6, TREE), (10, CHAIN)):
         t_far, t_near = interpolate(curve.times[kind])(q), interpolate(curve.near[kind])(q)
         slope = max(0.0, (t_far - t_near) / (far - near))  # (a noisy short probe dearer than the long one: none)
         assert curve(q, kind) == curve(q, kind, far) == pytest.approx(t_far if slope else t_near)
-        for context, want in ((0, t_near), (far / 2, t_near + far / 2 * slope), (-5, t_near),
-                              (2 * far, t_near + 2 * far * slope)):
+        for context, want in ((0, t_near), (near, t_near), (far / 2, t_near + (far / 2 - near) * slope),
+                              (-5, t_near), (2 * far, t_near + (2 * far - near) * slope)):
             assert curve(q, kind, context) == pytest.approx(want), (q, kind, context)
     # a draft model's curve reaches further over the short context: its catch-up over a whole prompt
     reaching = Curve(DynamicEngine(target.model), context=auto.NEAR_SPAN + 40, largest=4, cache_dir=None, reach=150)
@@ -534,7 +535,7 @@ def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_
     # over a long context (capped where the model's context leaves no room for its largest probe) and the empty cache
     want = min(max(len(prompt) + 6, LONG_CONTEXT), decoder.target.max_length - largest_probe(decoder.target) - 1)
     assert meta["cache_file"].startswith(str(tmp_path)) and meta["context"] == want
-    assert meta["near_context"] == (0 if want >= auto.NEAR_SPAN else None)
+    assert meta["near_context"] == (auto.NEAR_FLOOR if want >= auto.NEAR_FLOOR + auto.NEAR_SPAN else None)
     assert meta["chain_ratio"][1] == 1.0 and "pld" in meta["streams"]
 
 

@@ -5,8 +5,9 @@ The cost curve. A verify step is one target forward of q tokens; what it costs d
 threads, the dtype, the context length, and on the *kind* of forward: a chain is fed as a plain causal block (SDPA's
 causal fast path), a tree with positions and a 4D mask. ``Curve`` times both kinds on the decoder's own engine at the
 run's settings, over a long context (the first prompt plus half the budget, at least 1,024 tokens), on a grid of sizes,
-and interpolates in between; and again over a short context (the empty cache a run starts from) on a sparser grid, so a
-forward is priced at its own context, linearly between the two and extended beyond. On the 2-core CPU the shipped
+and interpolates in between; and again over a short context (16 tokens, just above the empty cache a run starts from)
+on a sparser grid, so a forward is priced at its own context, linearly between the two and extended beyond. On the
+2-core CPU the shipped
 small-code-msn's 64-token tree costs 19 ms after 16 cached tokens and 35 ms after 1,264, a one-token forward 6.8 and 7.9
 ms: priced at one context, Spec-Bench's short prompts' trees looked 1.3-1.5x dearer than they ran and a draft model's
 catch-up from an empty cache 1.8x dearer. The timings are cached in a small JSON file per machine + model + settings
@@ -80,6 +81,12 @@ NEAR_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
 # a curve gets a context dimension only where its context is this much longer than the short one: below it the two
 # probes' difference is timing noise
 NEAR_SPAN = 128
+# the short context sits this many tokens above the cache the probe starts from (an empty one in a run): over an empty
+# cache a block of q > 1 tokens takes the attention's maskless causal path, which no forward of a run after its
+# prefill does. Probed there, t(2) / t(1) came out 1.05-1.31 (mean 1.17) on the CPU against 1.19-1.33 (mean 1.25)
+# over 16 cached tokens (small-code-msn, 8 probes each), and a curve probed at 1.05 made Jacobi with decoder.auto
+# verify a draft at nearly every step where AR steps paid (15% slower than AR over three prompts)
+NEAR_FLOOR = 16
 # the controller prices a step at its context rounded down to a multiple of this: a step prices every candidate
 # size, so the prices are computed once per CONTEXT_STEP tokens of text rather than at every step
 CONTEXT_STEP = 32
@@ -111,6 +118,7 @@ def machine_key(engine, context: int) -> dict:
         "parameters": sum(p.numel() for p in model.parameters()),
         "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
         "engine": type(engine).__name__, "compiled": bool(getattr(engine, "compiled", False)), "context": context,
+        "near_floor": NEAR_FLOOR,  # (curves cached before it was there were probed over an empty cache: probed anew)
     }
 
 
@@ -130,10 +138,10 @@ def pinned_file(path: Path, key: dict) -> Path:
 class Curve:
     """t(q, kind, context) in seconds on ``engine``: measured for the sizes a run needs (at least up to ``largest``)
     over a cache of ``context`` tokens (the engine's own cache, topped up with random tokens) and, where the engine's
-    cache is short enough, over that short cache too (``near``); read from / written to ``cache_dir`` when given (a
-    path ending in .json: that one file, whatever the machine and settings, so a committed curve makes a run's choices
-    reproducible anywhere; one written before the short context was probed prices every context alike). The probe
-    leaves the engine as it found it."""
+    cache is short enough, over a cache ``NEAR_FLOOR`` tokens longer than it too (``near``); read from / written to
+    ``cache_dir`` when given (a path ending in .json: that one file, whatever the machine and settings, so a committed
+    curve makes a run's choices reproducible anywhere; one written before the short context was probed prices every
+    context alike). The probe leaves the engine as it found it."""
 
     def __init__(self, engine, context: int, largest: int, cache_dir: str | None, reach: int = 0):
         context = min(context, engine.max_length - largest - 1)
@@ -181,16 +189,17 @@ class Curve:
         qs += [b for b in self.buckets if b <= largest] + [b for b in self.buckets if b >= largest][:1]
         todo = sorted({q for q in qs if q not in self.times[CHAIN]} | {1, 2})
         todo = [q for q in todo if q not in self.times[CHAIN] or q not in self.times[TREE]]
-        # the short context: the engine's own cache, where it is much shorter than the curve's context (a run probes
-        # before its first generation, from an empty cache); once chosen, probed again only over a cache as short
+        # the short context: a little above the engine's own cache (NEAR_FLOOR), where that is much shorter than the
+        # curve's context (a run probes before its first generation, from an empty cache); once chosen, probed again
+        # only over a cache as short
         near = self.near_context
-        if near is None and engine.length + NEAR_SPAN <= context:
-            near = engine.length
+        if near is None and engine.length + NEAR_FLOOR + NEAR_SPAN <= context:
+            near = engine.length + NEAR_FLOOR
         near_todo: list[int] = []
         if near is not None and engine.length <= near:
             wide = {1, 2, max(qs), *(q for q in qs if q in NEAR_GRID or q in self.buckets)}
             if self.reach > max(qs):
-                wide.add(min(self.reach, engine.max_length - engine.length - 1))
+                wide.add(min(self.reach, engine.max_length - near - 1))
             near_todo = sorted(q for q in wide if q not in self.near[CHAIN] or q not in self.near[TREE])
         if not todo and not near_todo:
             return
