@@ -192,6 +192,56 @@ def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
     assert run(8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]
 
 
+def test_an_ar_step_that_nothing_moved_is_not_ranked_again():
+    """After an AR step the next one is not ranked and priced again while its statistics, its context step and its
+    candidates' shape stay; the picks are those of a controller that ranks every step."""
+    cost = lambda q, kind=CHAIN, context=None: 1.0 + 0.5 * (q - 1) + (context or 0) / 1000  # noqa: E731
+
+    def run(rank_every_step: bool) -> tuple[list[int], int]:
+        controller = Controller(cost)
+        controller.streams["s"] = nodes = Nodes()
+        nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # never accepted: the best pick is empty
+        ranked, best = [], controller.best
+        controller.best = lambda *a: ranked.append(1) or best(*a)
+        picks = []
+        for step in range(100):
+            controller.context = 40 + step  # a new context step (CONTEXT_STEP) at steps 24 and 56
+            if rank_every_step:
+                nodes.version += 1
+            picks.append(controller.size("s", 8 if step < 70 else 6))  # a shorter chain near a budget's end
+            if picks[-1]:
+                controller.observe(verdict(picks[-1], 0))
+        return picks, len(ranked)
+
+    (picks, ranked), (every, all_steps) = run(False), run(True)
+    assert picks == every and all_steps == 100 and [i + 1 for i, k in enumerate(picks) if k] == [EXPLORE, 3 * EXPLORE]
+    # ranked: the first step, each exploration and the step after it (an observation), each new context step (64, 96,
+    # 128 tokens), the shorter chain
+    assert ranked == 1 + 2 * 2 + 3 + 1, ranked
+
+
+def test_a_draft_models_explorations_count_their_steps_across_generations():
+    """An exploration of a drafter with a draft model first catches the draft model up with the whole text: a new
+    generation does not explore at its EXPLORE-th step, its streams go on counting where the last generation left off
+    (one exploration every EXPLORE_MAX steps of the run while none pays)."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1)  # noqa: E731 - nothing pays: the best pick is empty
+    controller = Controller(cost, draft_cost=lambda stream, k: 0.1 * k, catch_up=lambda stream: 0.0)
+    controller.streams["s"] = nodes = Nodes()
+    nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
+    controller.room = 100
+    explored, step = [], 0
+    for _ in range(12):  # 50-step generations
+        controller.begin()
+        for _ in range(50):
+            step += 1
+            k = controller.size("s", 8, kind=CHAIN)
+            if k:
+                explored.append(step)
+                controller.observe(verdict(k, 0))
+    assert explored[:4] == [EXPLORE, 3 * EXPLORE, 7 * EXPLORE, 15 * EXPLORE], explored
+    assert [b - a for a, b in zip(explored[3:], explored[4:])] == [auto.EXPLORE_MAX] * (len(explored) - 4)
+
+
 def test_a_draft_models_catch_up_is_shared_by_the_tokens_still_to_come():
     """Drafting 2 tokens, each accepted 9 times in 10, pays at a draft forward of 0.1 AR steps; a catch-up of 2 AR
     steps (the draft model fed a long prompt first) still pays with 100 tokens to come, not with 2 tokens left."""
