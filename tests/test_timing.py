@@ -9,7 +9,7 @@ from specnoise.bench import timing
 from specnoise.bench.datasets import Sample
 from specnoise.bench.measure import Turn, order
 from specnoise.bench.runner import Measured, summary_rows
-from specnoise.config import BenchmarkConfig, Config, ModelConfig, PLDConfig
+from specnoise.config import BenchmarkConfig, Config, ConfigError, ModelConfig, PLDConfig
 from specnoise.decoding.base import DecodeOutput
 
 
@@ -57,13 +57,32 @@ def turn(seconds: list[float], tokens: int = 10, forwards: int = 10, target: flo
                 [tokens] * len(seconds))
 
 
-def measured(ar: list[list[float]], pld: list[list[float]], pld_forwards: int = 5, bounds=None) -> Measured:
+def measured(ar: list[list[float]], pld: list[list[float]], pld_forwards: int = 5, bounds=None,
+             stat: str = "median") -> Measured:
     conf = Config(model=ModelConfig(name="m", path="/m"), data=None, decoder=PLDConfig(),
-                  benchmark=BenchmarkConfig(name="jsonl", path="x.jsonl", repeats=len(ar[0])))
+                  benchmark=BenchmarkConfig(name="jsonl", path="x.jsonl", repeats=len(ar[0]), repeat_stat=stat))
     samples = [Sample(str(i), "c", ["q"], None) for i in range(len(ar))]
     runs = {"ar": {s.id: [turn(t, target=sum(t) / len(t) * 0.8)] for s, t in zip(samples, ar)},
             "pld": {s.id: [turn(t, forwards=pld_forwards)] for s, t in zip(samples, pld)}}
     return Measured(conf, samples, runs, 10, lossless=True, model="m", bounds=bounds or {})
+
+
+def test_a_prompts_time_is_its_repeats_by_the_chosen_statistic():
+    """benchmark.repeat_stat: the middle repeat by wall time (the two middle ones' mean for an even count), the mean,
+    or the fastest; target and draft seconds from the same repeats. A repeat slowed by other jobs moves the mean and
+    the speedup with it, not the median's; an unknown statistic is refused with the choices."""
+    t = Turn([1], DecodeOutput([1], 1, 0, [1], 1.0), "x", [1.0, 5.0, 1.2], [0.8, 4.0, 1.0], [0.1, 0.5, 0.1], [1] * 3)
+    assert t.timed("median") == (1.2, 1.0, 0.1) and t.timed("min") == (1.0, 0.8, 0.1)
+    assert t.timed("mean") == pytest.approx((2.4, 5.8 / 3, 0.7 / 3))
+    four = Turn([1], DecodeOutput([1], 1, 0, [1], 1.0), "x", [4.0, 1.0, 3.0, 2.0], [None] * 4, [None] * 4, [1] * 4)
+    assert four.timed("median") == (2.5, None, None)
+    ar = [[1.0, 1.0, 3.0], [2.0, 2.0, 2.0]]  # one of AR's repeats three times slower
+    pld = [[0.5, 0.5, 0.5], [1.0, 1.0, 1.0]]
+    speedup = {stat: next(r["speedup"] for r in summary_rows(measured(ar, pld, stat=stat))
+                          if (r["decoder"], r["category"]) == ("pld", "all")) for stat in ("median", "mean")}
+    assert speedup["median"] == pytest.approx(3.0 / 1.5) and speedup["mean"] == pytest.approx((5 / 3 + 2) / 1.5)
+    with pytest.raises(ConfigError, match="median, mean, min"):
+        BenchmarkConfig(name="jsonl", path="x.jsonl", repeat_stat="max")
 
 
 def test_rows_carry_ci_cv_noise_breakdown_and_bound():

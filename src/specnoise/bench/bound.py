@@ -6,7 +6,7 @@ forward it runs (``Engine.forward_log``: the tokens the model was fed, whether w
 rather than a plain causal chain, and how many tokens its cache held), a generation hands its log over
 (``DecodeOutput.forward_log``), and the bound prices the very forwards of the generations whose tokens give the row's
 MAT (each prompt's first repeat) by the forward-cost curve of their kind at their own context (``decoding/auto.py``'s
-``Curve``, timed on AR's engine at the run's threads and dtype over an empty cache and one of the prompts' typical
+``Curve``, timed on AR's engine at the run's threads and dtype over 16 cached tokens and one of the prompts' typical
 length, cached per machine + model + settings under ``decoder.cost_cache``); t_step is their mean, the prefill priced
 as the one-token forward AR's first step decodes from, and t(1) the mean of AR's one-token step at the same contexts.
 This is what tells "TR-Jacobi accepts 2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core CPU a 69-token

@@ -48,9 +48,19 @@ class Turn:
         self.draft_seconds = self.draft_seconds or [self.out.draft_seconds] * len(self.seconds)
         self.new_tokens = self.new_tokens or [len(self.out.tokens)] * len(self.seconds)
 
-    @property
-    def mean_seconds(self) -> float:
-        return sum(self.seconds) / len(self.seconds)
+    def timed(self, stat: str) -> tuple[float, float | None, float | None]:
+        """(seconds, target_seconds, draft_seconds) over the repeats by ``stat`` (``benchmark.repeat_stat``): each
+        field's mean; the middle repeat by wall time (the mean of the two middle ones for an even count); the fastest
+        repeat. The three come from the same repeats, so ``other_seconds`` (the rest) stays a repeat's own."""
+        n = len(self.seconds)
+        ranked = sorted(range(n), key=self.seconds.__getitem__)
+        picked = ranked if stat == "mean" else ranked[:1] if stat == "min" else ranked[(n - 1) // 2:n // 2 + 1]
+
+        def over(values: list[float | None]) -> float | None:
+            chosen = [values[i] for i in picked]
+            return None if any(v is None for v in chosen) else sum(chosen) / len(chosen)
+
+        return over(self.seconds), over(self.target_seconds), over(self.draft_seconds)
 
 
 def completion_text(tokenizer, prompt: list[int], new: list[int]) -> str:

@@ -400,9 +400,11 @@ def restore_turns(rows: list[dict], name: str, sample: Sample, encode) -> list[T
                            forward_log=logged(r.get("forward_log")),
                            draft_forward_log=logged(r.get("draft_forward_log")))
         seconds = r.get("repeat_seconds") or [r["seconds"]]
+        n = len(seconds)  # (a run written before each repeat's target and draft seconds were kept: their one value)
         turns.append(Turn(encode(sample, [t.text.strip() for t in turns]), out, r["output"], seconds,
-                          [r.get("target_seconds")] * len(seconds), [r.get("draft_seconds")] * len(seconds),
-                          [len(r["tokens"])] * len(seconds), r.get("same_tokens_across_repeats") is not False))
+                          r.get("repeat_target_seconds") or [r.get("target_seconds")] * n,
+                          r.get("repeat_draft_seconds") or [r.get("draft_seconds")] * n,
+                          [len(r["tokens"])] * n, r.get("same_tokens_across_repeats") is not False))
     return turns
 
 
@@ -465,10 +467,6 @@ def prompt_rows(m: Measured) -> list[dict]:
     return [row for s in m.samples for row in sample_rows(m, s)]
 
 
-def _mean(values: list[float | None]) -> float | None:
-    return None if any(v is None for v in values) else fmean(values)
-
-
 def sample_rows(m: Measured, s: Sample) -> list[dict]:
     """The rows of one sample: what per_prompt.jsonl holds, and all a continued run needs to count it again
     (``tokens`` included). Scores are filled in once every sample has run."""
@@ -482,8 +480,10 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "id": s.id, "category": s.category, "turn": k, "decoder": name,
                 "prompt_tokens": len(t.prompt), "new_tokens": len(t.out.tokens),
                 "target_forwards": t.out.target_forwards, "draft_forwards": t.out.draft_forwards,
-                "seconds": t.mean_seconds, "repeat_seconds": t.seconds,  # the mean over repeats, and each
-                "target_seconds": _mean(t.target_seconds), "draft_seconds": _mean(t.draft_seconds),
+                # over the repeats by benchmark.repeat_stat, and each repeat's
+                **dict(zip(("seconds", "target_seconds", "draft_seconds"), t.timed(m.conf.benchmark.repeat_stat))),
+                "repeat_seconds": t.seconds, "repeat_target_seconds": t.target_seconds,
+                "repeat_draft_seconds": t.draft_seconds,
                 "same_tokens_across_repeats": t.same_tokens if m.lossless else None,
                 "accepted": t.out.accepted, "host_reads": t.out.host_reads,
                 # each forward (tokens fed, with a mask): what the cost bound prices
@@ -527,8 +527,10 @@ def summary_rows(m: Measured) -> list[dict]:
 
 
 def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> dict:
-    def per_sample(decoder: str) -> list[tuple[int, float]]:  # (new tokens, mean seconds) over a sample's turns
-        return [(sum(len(t.out.tokens) for t in turns), sum(t.mean_seconds for t in turns))
+    stat = m.conf.benchmark.repeat_stat
+
+    def per_sample(decoder: str) -> list[tuple[int, float]]:  # (new tokens, seconds) over a sample's turns
+        return [(sum(len(t.out.tokens) for t in turns), sum(t.timed(stat)[0] for t in turns))
                 for turns in (m.runs[decoder][s.id] for s in group)]
 
     base = m.baseline(name)
@@ -568,8 +570,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     sb_speed = fmean(n / max(sec, 1e-9) for n, sec in mine)  # Spec-Bench: mean over prompts of tokens/s
     sb_ar_speed = fmean(n / max(sec, 1e-9) for n, sec in ar)
     accepted = [a for o in outs for a in o.accepted]
-    target_s = _total([_mean(t.target_seconds) for t in turns])
-    draft_s = _total([_mean(t.draft_seconds) for t in turns])
+    target_s = _total([t.timed(stat)[1] for t in turns])
+    draft_s = _total([t.timed(stat)[2] for t in turns])
     bound = m.bounds.get(name, {}).get(category, {})
     # bound.py times t(1), t(q) at batch 1: no bound for a batched row (its step is a forward of B x q tokens; the
     # batched curve t(B·q) is bench/batch_cost.py's), but its verify block q still holds
@@ -598,7 +600,7 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "sb_tokens_per_second": sb_speed, "sb_ar_tokens_per_second": sb_ar_speed,
         "sb_speedup": 1.0 if name == base else sb_speed / max(sb_ar_speed, 1e-9),
         "sb_mean_accepted_tokens": fmean(accepted) if accepted else 0.0,  # pooled over steps, as Spec-Bench's #MAT
-        # where the time goes (means over repeats, summed over the group's turns)
+        # where the time goes (over repeats by benchmark.repeat_stat, summed over the group's turns)
         "target_seconds": target_s, "draft_seconds": draft_s,
         "other_seconds": None if target_s is None else seconds - target_s - (draft_s or 0.0),
         "verify_block": bound.get("verify_block"), "cost_ratio": ratio, "cost_bound": cost_bound,

@@ -277,7 +277,7 @@ class Decoder:
             pending = v.bonus
 
     def start_auto(self, prompt_len: int, budget: int) -> None:
-        """decoder.auto: the cost curves (from the empty cache to a long context: the first prompt plus half the
+        """decoder.auto: the cost curves (from a short cache to a long context: the first prompt plus half the
         budget, at least ``LONG_CONTEXT``) and the controller, once; then a new generation's size record."""
         if self.auto is None:
             cache = self.cfg.cost_cache
