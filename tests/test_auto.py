@@ -218,6 +218,14 @@ def test_an_ar_step_that_nothing_moved_is_not_ranked_again():
     # ranked: the first step, each exploration and the step after it (an observation), each new context step (64, 96,
     # 128 tokens), the shorter chain
     assert ranked == 1 + 2 * 2 + 3 + 1, ranked
+    controller = Controller(cost)  # a batch's row re-priced at another batch size ranks again
+    controller.streams["s"] = nodes = Nodes()
+    nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
+    ranked, best = [], controller.best
+    controller.best = lambda *a: ranked.append(1) or best(*a)
+    controller.size("s", 8), controller.size("s", 8)
+    controller.cost = lambda q, kind=CHAIN, context=None: 1.0  # drafting is free now
+    assert controller.size("s", 8) == 8 and len(ranked) == 2
 
 
 def test_a_draft_models_explorations_count_their_steps_across_generations():

@@ -7,11 +7,11 @@ causal fast path), a tree with positions and a 4D mask. ``Curve`` times both kin
 run's settings, over a long context (the first prompt plus half the budget, at least 1,024 tokens), on a grid of sizes,
 and interpolates in between; and again over a short context (16 tokens, just above the empty cache a run starts from)
 on a sparser grid, so a forward is priced at its own context, linearly between the two and extended beyond. On the
-2-core CPU the shipped
-small-code-msn's 64-token tree costs 19 ms after 16 cached tokens and 35 ms after 1,264, a one-token forward 6.8 and 7.9
-ms: priced at one context, Spec-Bench's short prompts' trees looked 1.3-1.5x dearer than they ran and a draft model's
-catch-up from an empty cache 1.8x dearer. The timings are cached in a small JSON file per machine + model + settings
-(``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe once and a second run reuses it.
+2-core CPU the shipped small-code-msn's 64-token tree costs 19 ms after 16 cached tokens and 35 ms after 1,264, a
+one-token forward 6.8 and 7.9 ms: priced at one context, Spec-Bench's short prompts' trees looked 1.3-1.5x dearer
+than they ran and a draft model's catch-up from an empty cache 1.8x dearer. The timings are cached in a small JSON
+file per machine + model + settings (``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe
+once and a second run reuses it.
 
 The controller. Every drafter lists its candidates as a tree (parents first; a chain is a tree) and asks which to
 propose: ``Drafter.cut(n)`` for a prefix of its own order (a chain by depth, REST's trie by frequency, Lookahead's
@@ -398,12 +398,12 @@ class Controller:
     def __init__(self, cost: Callable[[float, str], float],
                  draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True, sticky: float = 0.0,
                  catch_up: Callable[[str], float] | None = None):
+        self.streams: dict[str, Nodes] = {}
         self.cost, self.draft_cost = cost, draft_cost  # (draft_cost None: drafting costs no draft model)
         self.catch_up, self.room = catch_up, 1
         self.context: int | None = None
         self.backoff = backoff  # False: every EXPLORE-th step explores, whatever it paid (Drafter.backoff)
         self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
-        self.streams: dict[str, Nodes] = {}
         self.asked: tuple[Nodes, list[int], list[int]] | None = None  # this step's stream, parents, kept nodes
         self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
@@ -415,6 +415,8 @@ class Controller:
     @cost.setter
     def cost(self, cost: Callable[[float, str], float]) -> None:  # a batch's rows are re-priced per batch size
         self._cost, self.prices = cost, {}
+        for nodes in self.streams.values():  # (an AR step at one batch size says nothing of another's)
+            nodes.still = None
 
     def at(self) -> int | None:
         """The context this step is priced at: its own, rounded down to a multiple of ``CONTEXT_STEP``."""
