@@ -194,7 +194,8 @@ def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
 
 def test_an_ar_step_that_nothing_moved_is_not_ranked_again():
     """After an AR step the next one is not ranked and priced again while its statistics, its context step and its
-    candidates' shape stay; the picks are those of a controller that ranks every step."""
+    candidates' tree stay (another tree of as many nodes, as REST's tries change, is ranked); the picks are those of
+    a controller that ranks every step."""
     cost = lambda q, kind=CHAIN, context=None: 1.0 + 0.5 * (q - 1) + (context or 0) / 1000  # noqa: E731
 
     def run(rank_every_step: bool) -> tuple[list[int], int]:
@@ -224,8 +225,10 @@ def test_an_ar_step_that_nothing_moved_is_not_ranked_again():
     ranked, best = [], controller.best
     controller.best = lambda *a: ranked.append(1) or best(*a)
     controller.size("s", 8), controller.size("s", 8)
+    assert len(ranked) == 1
+    controller.size("s", 8, parents=[-1, -1, 0, 1, 2, 3, 4, 5])  # another tree of 8 nodes: ranked
     controller.cost = lambda q, kind=CHAIN, context=None: 1.0  # drafting is free now
-    assert controller.size("s", 8) == 8 and len(ranked) == 2
+    assert controller.size("s", 8) == 8 and len(ranked) == 3
 
 
 def test_a_draft_models_explorations_count_their_steps_across_generations():

@@ -472,12 +472,12 @@ class Controller:
         nodes.idled = 0
         explore = nodes.explore.due()
         # the last pick was an AR step and nothing it rested on has moved (the statistics: nothing was proposed since;
-        # the prices: the same context step and curve; the candidates' shape): this one is an AR step too, without
+        # the prices: the same context step and curve; the candidates' tree): this one is an AR step too, without
         # ranking and pricing every size again, ~0.1 ms of Python per step (~1% of an AR step of the shipped model on
         # the CPU). With a draft model the price of drafting only grows meanwhile (the draft falls further behind,
         # fewer tokens are left to share its catch-up), so an AR step stays the best pick
-        still = (nodes.version, self.at(), getattr(self._cost, "version", 0), kind, extra, len(parents),
-                 None if cuts is None else tuple(cuts))
+        still = (nodes.version, self.at(), getattr(self._cost, "version", 0), kind, extra, tuple(parents),
+                 None if cuts is None else tuple(cuts))  # (the tree itself: REST's changes from step to step)
         if not explore and allow is None and nodes.still == still:
             self.probe = None
             return self.picked(nodes, parents, [], stream)
