@@ -570,8 +570,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     sb_speed = fmean(n / max(sec, 1e-9) for n, sec in mine)  # Spec-Bench: mean over prompts of tokens/s
     sb_ar_speed = fmean(n / max(sec, 1e-9) for n, sec in ar)
     accepted = [a for o in outs for a in o.accepted]
-    target_s = _total([t.timed(stat)[1] for t in turns])
-    draft_s = _total([t.timed(stat)[2] for t in turns])
+    _, target_each, draft_each = zip(*(t.timed(stat) for t in turns))  # (each turn's repeats sorted once)
+    target_s, draft_s = _total(list(target_each)), _total(list(draft_each))
     bound = m.bounds.get(name, {}).get(category, {})
     # bound.py times t(1), t(q) at batch 1: no bound for a batched row (its step is a forward of B x q tokens; the
     # batched curve t(B·q) is bench/batch_cost.py's), but its verify block q still holds
