@@ -19,7 +19,7 @@ from conftest import prompts
 from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, cycle_successor, map_model, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ConfigError
 from specnoise.decoding import auto
-from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Batched, Controller, Curve, Nodes, chain_parents
+from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Batched, Controller, Curve, Nodes, Plan, chain_parents
 from specnoise.decoding.base import LONG_CONTEXT, build_decoder, decoder_class, largest_probe
 from specnoise.decoding.cost import interpolate
 from specnoise.decoding.kv import DynamicEngine
@@ -741,7 +741,8 @@ def test_a_static_engines_curve_prices_a_block_at_its_bucket(target):
     assert {1, 2, 3, 4, 5, 6, 8} == set(curve.times[CHAIN]) == set(curve.times[TREE])
     assert curve(3, TREE) == curve.fit(4, TREE) and curve(5) == curve.fit(8) == curve(8)
     assert curve(9) == curve.fit(9)  # past the largest bucket: an eager, unpadded forward
-    assert Batched(curve, 2)(3, TREE) == curve.fit(8, TREE) / 2
+    rows = Curve(kv, context=20, largest=6, cache_dir=None, rows=2)
+    assert Batched(rows, 2)(3, TREE) == rows.fit(4, TREE) / 2  # each row's block padded to its bucket
     dynamic = Curve(DynamicEngine(target.model), context=20, largest=6, cache_dir=None)
     assert dynamic(3) == dynamic.fit(3) and not dynamic.buckets
 
@@ -807,6 +808,58 @@ def test_a_batch_prices_a_rows_share_of_the_batched_forward():
     assert 0 < picks[8] < picks[1], picks
 
 
+def test_a_batchs_curve_is_probed_on_the_batched_forward(target, tmp_path, monkeypatch):
+    """A batch of B rows is priced by a curve of its own, timed on the lock-step forward of B rows of q tokens each
+    (one forward of B x q tokens is no stand-in: on the CPU 4 rows of 8 cost 1.6x a 32-token forward). Every batched
+    forward is masked, so a chain costs what a tree does; it is cached beside the batch-1 curve, in a file of its
+    own, and a pinned curve file gets a sibling per batch size."""
+    from specnoise.decoding import batch
+
+    seen, forward = [], batch.BatchKV.forward  # (a spy: the rows of every batched forward, run as they are)
+    monkeypatch.setattr(batch.BatchKV, "forward", lambda kv, asked: seen.append(len(asked)) or forward(kv, asked))
+    kv = DynamicEngine(target.model)
+    alone = Curve(kv, context=20, largest=4, cache_dir=str(tmp_path))
+    assert not seen
+    rows = Curve(kv, context=20, largest=4, cache_dir=str(tmp_path), rows=3)
+    assert seen and set(seen) == {3}  # every probe a forward of 3 rows
+    assert rows.key["rows"] == 3 and "rows" not in alone.key and rows.path != alone.path and rows.path.is_file()
+    assert rows.times[CHAIN] == rows.times[TREE] and set(rows.times[TREE]) >= {1, 2, 3, 4}
+    assert Batched(rows, 3)(2, TREE) == rows(2, TREE) / 3 == Batched(rows, 3)(2, CHAIN)
+    with pytest.raises(ValueError, match="curve of 3 rows"):
+        Batched(alone, 3)
+    seen.clear()
+    again = Curve(kv, context=20, largest=4, cache_dir=str(tmp_path), rows=3)
+    assert again.cached and not seen and again.times == rows.times  # read back, not probed
+    pinned = tmp_path / "pinned" / "curve.json"
+    Curve(kv, context=20, largest=4, cache_dir=str(pinned))
+    assert Curve(kv, context=20, largest=4, cache_dir=str(pinned), rows=2).path == pinned.with_name("curve.rows2.json")
+
+
+def test_a_batchs_rows_verify_one_size_per_step():
+    """The batch pays for its largest block, so its rows share one size per step (``Plan``): the one with the most
+    expected tokens per second summed over the rows (each row's share of the padded forward), from what every row
+    offered at the step before; a row with fewer candidates verifies them all. The first step is each row's own."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.08 * q  # noqa: E731
+    plan, controllers = Plan(), []
+    for rate in (0.9, 0.5, 0.05):  # a row whose drafts pass 90% of the time, 50%, 5%
+        controller = Controller(Batched(cost, 3), backoff=False)
+        controller.plan = plan
+        nodes = controller.streams.setdefault("s", Nodes())
+        nodes.trials, nodes.hits = [1000.0] * 12, [1000.0 * rate] * 12
+        controllers.append(controller)
+    n = [12, 12, 2]  # the third row has only two candidates
+    first = [c.size("s", k, CHAIN) for c, k in zip(controllers, n)]
+    assert first[0] > first[1] > first[2] == 0  # alone, each its own
+    gains = [[1 + sum(rate ** d for d in range(1, min(k, m) + 1)) for k in range(13)] for rate, m in
+             zip((0.9, 0.5, 0.05), n)]
+    best = max(range(13), key=lambda k: (sum(g[k] for g in gains) / (3 * cost(3 * (1 + k)) / 3), -k))
+    second = [c.size("s", k, CHAIN) for c, k in zip(controllers, n)]
+    assert second == [best, best, min(best, 2)] and 0 < best < 12, (first, second, best)
+    for c in controllers:  # the statistics are the rows' own: nothing observed moves them here
+        c.asked = None
+    assert [c.size("s", k, CHAIN) for c, k in zip(controllers, n)] == second
+
+
 def test_auto_is_accepted_at_batch_size_above_one():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -831,7 +884,10 @@ def test_auto_in_a_batch_stays_lossless(name, engines, target, draft):
         assert all(sum(o.accepted) == len(o.tokens) for o in outs)
     rows = decoder.row_decoders(3)
     assert len({id(r.auto) for r in rows} | {id(decoder.auto)}) == 4  # a controller per row slot, not shared
-    assert all(r.auto.cost.rows == 3 for r in rows)
+    assert all(r.auto.cost.rows == 3 for r in rows) and len({id(r.auto.plan) for r in rows}) == 1
+    if name == "tr_jacobi":  # a template every row ranks at every step: after the first, the rows' sizes agree
+        sizes = [[k for _, k in r.auto.sizes] for r in rows]
+        assert all(len({s[i] for s in sizes}) == 1 for i in range(1, min(map(len, sizes)))), sizes
     assert name == "lookahead" or any(r.auto.sizes for r in rows)  # (its pool has no n-gram yet this early)
     assert decoder.meta["auto"]["batch"] == 3 and "streams" in decoder.meta["auto"]
 

@@ -3,6 +3,7 @@
 # TR-Jacobi against batched AR in the same job, at B = 4 and 16, on 16 HumanEval problems and 18 Spec-Bench
 # questions (3 per category), 64 new tokens, 3 repeats, fp32, one thread; one job at a time (they are timed).
 #   bash experiments/batch-scaling/checks_auto.sh [OUT_DIR] > tiny/checks-auto.md    (from the repository root)
+#   EXTRA="model.attn_implementation=sdpa_gqa" bash ...: more overrides for every job
 set -uo pipefail
 O=${1:-outputs/batch-scaling/checks-auto}
 PY=${PYTHON:-python}
@@ -11,7 +12,7 @@ echo "# decoder.auto=true at benchmark.batch_size=4 and 16 (fp32, CPU, one threa
 for B in 4 16; do
   for data in "benchmark=humaneval benchmark.limit=16" "benchmark=spec_bench benchmark.limit_per_category=3"; do
     name=B$B-$(echo "${data%% *}" | cut -d= -f2)
-    args="model=small-code-msn decoder=pld decoders=[tr_jacobi] decoder.auto=true $data benchmark.batch_size=$B"
+    args="model=small-code-msn decoder=pld decoders=[tr_jacobi] decoder.auto=true $data benchmark.batch_size=$B ${EXTRA:-}"
     echo; echo "## python -m specnoise $args benchmark.max_new_tokens=64 benchmark.repeats=3 benchmark.threads=1"; echo
     # shellcheck disable=SC2086
     $PY -m specnoise $args benchmark.max_new_tokens=64 benchmark.repeats=3 benchmark.threads=1 logger=none \

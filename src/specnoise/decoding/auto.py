@@ -48,8 +48,13 @@ lookup) asks first whether the step could draft at all (``Controller.idle``) and
 
 A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
-forward: B rows of q tokens each cost about what one forward of B x q tokens costs, so a row's share is t(B x q) / B.
-An AR step is cheaper per row in a batch (t(B) / B), so drafting must beat batched AR, not AR at batch 1.
+forward, t_B(q) / B, from a curve of its own probed on that forward: B rows of q tokens, each row over its own cache,
+with the batch's 4D mask (``Curve`` with ``rows``). One forward of B x q tokens is no stand-in for it: on the 2-core
+CPU a batch of 4 rows of 8 tokens costs 1.6x a 32-token forward (16 rows of 4: 2.2x a 64-token one), and priced that
+way PLD with auto at B = 4 verified 9-10 drafts per row, as many as its faithful setting. An AR step is cheaper per
+row in a batch (t_B(1) / B), so drafting must beat batched AR, not AR at batch 1. The batch pays for its largest
+block, so its rows verify one size per step and explore at the same steps (``Plan``): the size with the most expected
+tokens per second over all the rows.
 
 On an engine that replays CUDA graphs (the compiled static engine) a step is short (0.66 ms for the shipped model on
 an H100) and every new step shape is a recording, so there the controller keeps a template's pick unless a new one
@@ -59,6 +64,7 @@ so its curve prices the bucket (``Curve.padded``). CPU engines rank every step a
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -126,7 +132,9 @@ def machine_key(engine, context: int) -> dict:
 def pinned_file(path: Path, key: dict) -> Path:
     """A pinned curve file belongs to the model it was probed on: another model (a draft beside its target) is
     priced by a file of its own beside it, ``<stem>.<model>-<parameters>.json``, pinned alike (so a draft model's
-    forwards are never priced by its target's curve)."""
+    forwards are never priced by its target's curve). A batch's curve (``rows``) is ``<stem>.rows<B>.json``."""
+    if key.get("rows", 1) > 1:
+        path = path.with_name(f"{path.stem}.rows{key['rows']}.json")
     if not path.exists():
         return path
     saved = json.loads(path.read_text())["key"]
@@ -142,14 +150,17 @@ class Curve:
     cache is short enough, over a cache ``NEAR_FLOOR`` tokens longer than it too (``near``); read from / written to
     ``cache_dir`` when given (a path ending in .json: that one file, whatever the machine and settings, so a committed
     curve makes a run's choices reproducible anywhere; one written before the short context was probed prices every
-    context alike). The probe leaves the engine as it found it."""
+    context alike). The probe leaves the engine as it found it. ``rows`` > 1: the lock-step batch's forward of that
+    many rows, each over a cache of the context, probed on a batched cache of the engine's model (``Batched``)."""
 
-    def __init__(self, engine, context: int, largest: int, cache_dir: str | None, reach: int = 0):
+    def __init__(self, engine, context: int, largest: int, cache_dir: str | None, reach: int = 0, rows: int = 1):
         context = min(context, engine.max_length - largest - 1)
         # the longest forward probed over the short context: a draft model's catch-up feeds a whole prompt from an
         # empty cache, which a linear extension past ``largest`` priced at 0.7x (small-code-draft, 1,200 tokens)
         self.reach = reach
-        self.key = machine_key(engine, max(context, 0))
+        # rows > 1: the lock-step batch's forward of that many rows, q tokens each (batch.py), a curve of its own
+        self.rows = rows
+        self.key = machine_key(engine, max(context, 0)) | ({"rows": rows} if rows > 1 else {})
         digest = hashlib.sha1(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:16]
         self.path = Path(cache_dir) / f"forward-cost-{digest}.json" if cache_dir else None
         if cache_dir and cache_dir.endswith(".json"):  # a pinned curve: this file whatever the machine (reproducible)
@@ -208,12 +219,15 @@ class Curve:
         # (they do inflate wall time, the more the longer the forward); on a GPU wall time, synchronised
         clock = time.process_time if engine.device.type == "cpu" else time.perf_counter
         saved = engine.clock.host, list(engine.clock.events)  # the probe leaves the engine as found
-        for kind in (CHAIN, TREE):
+        # a batch's forward always has the 4D mask: there a chain costs what a tree does, probed once
+        for kind in (CHAIN, TREE) if self.rows == 1 else (TREE,):
             for times, sizes, cache_len in ((self.times, todo, context), (self.near, near_todo, near)):
                 if sizes:
                     times[kind].update(measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS,
                                                              warmup=WARMUP, reduce=min, causal=kind == CHAIN,
-                                                             clock=clock))
+                                                             clock=clock, rows=self.rows))
+        if self.rows > 1:
+            self.times[CHAIN], self.near[CHAIN] = dict(self.times[TREE]), dict(self.near[TREE])
         if near_todo:
             self.near_context = near
         self.version += 1  # prices derived from the old fit are stale (Controller.price_list)
@@ -272,24 +286,25 @@ class Curve:
                 "context": self.key["context"], "threads": self.key["threads"], "engine": self.key["engine"],
                 "t1_ms": round(self.times[CHAIN][1] * 1e3, 3),
                 "near_context": self.near_context, "near_t1_ms": None if near is None else round(near * 1e3, 3),
-                "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE)}
+                "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE), "rows": self.rows}
 
 
 class Batched:
-    """A row's share of a lock-step forward over ``rows`` rows: ``curve`` priced at rows x q tokens, over rows. The
-    batch pays for its largest block (pads fill the others), so this is exact for rows proposing alike and optimistic
-    for a row proposing more than its neighbours."""
+    """A row's share of a lock-step forward over ``rows`` rows, q tokens each: ``curve`` (a ``Curve`` probed on that
+    forward, ``Curve.rows`` = rows) over rows. The batch pays for its largest block (pads fill the others), so this is
+    exact for rows proposing alike and optimistic for a row proposing more than its neighbours."""
 
     def __init__(self, curve: Curve, rows: int):
+        if isinstance(curve, Curve) and curve.rows != rows:
+            raise ValueError(f"a batch of {rows} rows is priced by a curve of {rows} rows, not {curve.rows}")
         self.curve, self.rows = curve, rows
 
     def __call__(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
         curve = self.curve
-        if not isinstance(curve, Curve):  # (tests price with plain functions)
+        if not isinstance(curve, Curve):  # (tests price with plain functions of the tokens fed: rows x q)
             return curve(q * self.rows, kind) / self.rows
-        # every row's block is padded to the step's bucket (batch.py), then rows x that run as one eager forward (its
-        # context: this row's, as if its neighbours' were alike)
-        return curve.fit(curve.padded(q) * self.rows, kind, context) / self.rows
+        # every row's block padded to the step's bucket, at this row's context (as if its neighbours' were alike)
+        return curve(q, kind, context) / self.rows
 
     @property
     def version(self) -> int:
@@ -297,6 +312,84 @@ class Batched:
 
     def describe(self) -> dict:
         return {**(self.curve.describe() if hasattr(self.curve, "describe") else {}), "batch": self.rows}
+
+
+class Plan:
+    """One proposal size per stream for every row of a lock-step batch, and one exploration schedule. The batch pays
+    for its largest block (pads fill the others' blocks, and a draft model drafts as far for every row), so rows that
+    size their steps alone waste it: at B = 4 on the CPU, priced by the batched forward, PLD with auto had rows
+    verifying 10 drafts beside rows verifying none, whose padded blocks bought nothing; and rows exploring at steps of
+    their own (their counts differ with their generations' lengths) padded a block every few steps at B = 16. Each
+    row's controller offers what its candidates would gain at every size (its ranking) and what it would spend; a
+    step's size is the one with the most expected tokens per second summed over the rows that offered at the step
+    before (one step late: a row proposes before its neighbours have ranked), and each row verifies the most of its
+    candidates it may up to it. The first step of a batch, with nothing offered yet, is each row's own pick. The
+    batch explores at the steps its schedule says (``Backoff``, counted once per step, starting where the first row's
+    stood; an exploration paid if it paid for any row)."""
+
+    def __init__(self):
+        self.offers: dict[str, dict[int, tuple]] = {}  # stream -> row controller id -> its offer at this step
+        self.sizes: dict[str, int] = {}  # stream -> the size of this step, from the last step's offers
+        self.schedules: dict[str, Backoff] = {}  # stream -> the batch's explorations
+        self.exploring: dict[str, bool] = {}  # stream -> whether this step explores
+        self.entered: dict[str, set[int]] = {}  # stream -> the rows that started this step
+        self.paid: dict[str, list[bool]] = {}  # stream -> what this step's explorations were worth, per row
+
+    def enter(self, controller: Controller, stream: str, own: Backoff) -> bool:
+        """``controller``'s row starts a step on ``stream`` (its exploration schedule alone: ``own``); whether the step
+        explores. The first row to start a new step (a row that started the last one starts again) sizes it from the
+        last step's offers and counts it in the schedule."""
+        entered = self.entered.setdefault(stream, set())
+        if stream not in self.schedules:
+            self.schedules[stream] = copy.deepcopy(own)
+        elif id(controller) not in entered:
+            entered.add(id(controller))
+            return self.exploring[stream]
+        schedule = self.schedules[stream]
+        paid = self.paid.pop(stream, None)
+        if paid:
+            schedule.result(any(paid))
+        self.exploring[stream] = schedule.due()
+        offers = self.offers.get(stream)
+        if offers:
+            self.sizes[stream] = self.best(offers.values())
+            offers.clear()
+        entered.clear()
+        entered.add(id(controller))
+        return self.exploring[stream]
+
+    def result(self, stream: str, paid: bool) -> None:
+        """What a row's exploration was worth (applied once, at the next step)."""
+        self.paid.setdefault(stream, []).append(paid)
+
+    def pick(self, controller: Controller, stream: str, gains: list[float], kind: str, extra: int) -> int | None:
+        """Record ``controller``'s offer (``gains[k]``: expected tokens verifying its first k candidates, priced by its
+        own ``spend``) and return this step's size for ``stream`` (None: each row picks alone)."""
+        self.offers.setdefault(stream, {})[id(controller)] = (controller, stream, gains, kind, extra)
+        return self.sizes.get(stream)
+
+    @staticmethod
+    def best(offers) -> int:
+        """The size with the most expected tokens per second of the whole batch (ties: the smaller)."""
+        offers = list(offers)
+        largest = max(len(gains) - 1 for _, _, gains, _, _ in offers)
+        # each row's share of the step's seconds at every size: its target forward's (padded to k), its drafting's
+        rows = []
+        for controller, stream, gains, kind, extra in offers:
+            draft = controller.draft_cost
+            rows.append((gains, controller.price_list(kind, extra, largest),
+                         (lambda k, c=controller, s=stream: c.draft_cost(s, k)) if draft else None,
+                         controller.share(stream) if draft else 0.0))
+        best, best_rate = 0, 0.0
+        for k in range(largest + 1):
+            tokens = seconds = 0.0
+            for gains, price, draft, share in rows:
+                gain = gains[min(k, len(gains) - 1)]  # a row with fewer candidates pads its block to k
+                tokens += gain
+                seconds += price[k] + (draft(k) + gain * share if draft and k else 0.0)
+            if tokens / seconds > best_rate:
+                best, best_rate = k, tokens / seconds
+        return best
 
 
 # ---------------------------------------------------------------------------------------------- the controller
@@ -407,6 +500,7 @@ class Controller:
         self.asked: tuple[Nodes, list[int], list[int]] | None = None  # this step's stream, parents, kept nodes
         self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
+        self.plan: Plan | None = None  # in a lock-step batch: the rows' shared sizes (start_auto_rows)
 
     @property
     def cost(self) -> Callable[[float, str], float]:
@@ -470,7 +564,7 @@ class Controller:
         highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
         nodes = self.streams.setdefault(stream, Nodes())
         nodes.idled = 0
-        explore = nodes.explore.due()
+        explore = nodes.explore.due() if self.plan is None else self.plan.enter(self, stream, nodes.explore)
         # the last pick was an AR step and nothing it rested on has moved (the statistics: nothing was proposed since;
         # the prices: the same context step and curve; the candidates' tree): this one is an AR step too, without
         # ranking and pricing every size again, ~0.1 ms of Python per step (~1% of an AR step of the shipped model on
@@ -478,7 +572,7 @@ class Controller:
         # fewer tokens are left to share its catch-up), so an AR step stays the best pick
         still = (nodes.version, self.at(), getattr(self._cost, "version", 0), kind, extra, tuple(parents),
                  None if cuts is None else tuple(cuts))  # (the tree itself: REST's changes from step to step)
-        if not explore and allow is None and nodes.still == still:
+        if not explore and allow is None and nodes.still == still and self.plan is None:
             self.probe = None
             return self.picked(nodes, parents, [], stream)
         if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < RERANK
@@ -496,6 +590,8 @@ class Controller:
         else:
             order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
         best, best_rate = self.best(stream, p, order, sizes, kind, extra)
+        if self.plan is not None:
+            best = self.planned(stream, p, order, sizes, kind, extra, best)
         chosen = order[:best]
         if self.sticky and cuts is None and nodes.last and all(p[i] >= 0 for i in nodes.last):
             # a template pick on a graph engine: the last pick stays unless the best beats it by ``sticky``: a new pick
@@ -508,13 +604,13 @@ class Controller:
             sizes = list(sizes)
             probe = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
             if best or not self.backoff:  # drafting pays here: looking a little further is cheap
-                nodes.explore.result(paid=True)
+                self.result(nodes, stream, paid=True)
             elif probe and self.behind(stream) > self.spend(stream, probe, kind, extra, 0.0):
                 # a draft model far behind the text (a long prompt): an exploration would pay its catch-up, more than
                 # the exploration itself, at once; it waits as one that did not pay would (the statistics come from
                 # steps where the draft keeps up). On Spec-Bench's 1,200-token prompts such an exploration cost ~6%
                 # of a generation for speculative decoding
-                nodes.explore.result(paid=False)
+                self.result(nodes, stream, paid=False)
                 probe = 0
             elif probe:  # an AR step drafts instead: ``observe`` tells whether that paid
                 self.probe = self.spend(stream, probe, kind, extra, 1 + sum(max(p[i], 0.0) for i in order[:probe]))
@@ -546,6 +642,21 @@ class Controller:
                 best, best_rate = k, rate
         return best, best_rate
 
+    def planned(self, stream: str, p: list[float], order: list[int], sizes, kind: str, extra: int, best: int) -> int:
+        """In a batch (``Plan``): offer this row's gain at every size, the most of ``sizes`` up to each, and take the
+        most of them up to the batch's size for this step (``best``, this row's own pick, before the first)."""
+        gains, gain, run, allowed = [], 1.0, 1.0, set(sizes)
+        for k in range(len(order) + 1):
+            if k:
+                run += max(p[order[k - 1]], 0.0)
+            if k in allowed:
+                gain = run
+            gains.append(gain)
+        size = self.plan.pick(self, stream, gains, kind, extra)
+        if size is None:
+            return best
+        return max((k for k in sizes if k <= size), default=0)
+
     def idle(self, stream: str, parents: list[int] | None, kind: str = TREE, extra: int = 0) -> bool:
         """Whether this step is an AR step before its candidates are looked for: it does not explore, a prefix of the
         stream's last candidates (``parents``: their tree, standing in for this step's) would not pay at the current
@@ -553,6 +664,8 @@ class Controller:
         work to find (REST's corpus lookup, ~8% of an AR step on the CPU, at steps that were nearly all AR steps on
         Spec-Bench's summarization and RAG). The step is counted then, as ``choose`` counts it."""
         nodes = self.streams.get(stream)
+        if self.plan is not None:  # in a batch the batch's size decides, not this row's: a row looks at every step
+            return False
         if nodes is None or not parents or nodes.explore.pending() or nodes.idled >= IDLE_RUN:
             return False
         if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra)[0]:
@@ -563,9 +676,16 @@ class Controller:
         self.picked(nodes, parents, [], stream)
         return True
 
+    def result(self, nodes: Nodes, stream: str, paid: bool) -> None:
+        """What this step's exploration was worth, to the schedule it came from: the stream's own, or the batch's."""
+        if self.plan is None:
+            nodes.explore.result(paid)
+        else:
+            self.plan.result(stream, paid)
+
     def picked(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
         """Record this step's pick (for ``observe`` and ``describe``) and return it."""
-        self.asked = (nodes, parents, keep) if keep else None
+        self.asked = (nodes, parents, keep, stream) if keep else None
         self.sizes.append((stream, len(keep)))
         return keep
 
@@ -592,10 +712,10 @@ class Controller:
         """The verdict of the step that asked: tree input i is kept node ``keep[i - 1]``."""
         if self.asked is None:
             return
-        nodes, parents, keep = self.asked
+        nodes, parents, keep, stream = self.asked
         self.asked = None
         if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
-            nodes.explore.result(paid=(1 + v.accepted) / self.probe > 1 / self.t(1, CHAIN))
+            self.result(nodes, stream, paid=(1 + v.accepted) / self.probe > 1 / self.t(1, CHAIN))
             self.probe = None
         proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})

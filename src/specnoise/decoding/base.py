@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DECODER_SCHEMAS
-from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve
+from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve, Plan
 from specnoise.decoding.batch import BatchKV, lockstep
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
@@ -225,6 +225,7 @@ class Decoder:
         self.batch_meta: dict | None = None  # the drafter choices of the last batch's first row
         self.auto: Controller | None = None  # decoder.auto: built on the first generation (its curve is probed then)
         self.curves: dict[str, Curve] = {}  # decoder.auto: t(q) of the target ("target") and the draft ("draft")
+        self.batch_curves: dict[tuple[str, int], Curve] = {}  # ... and of their lock-step forward of B rows, per B
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
         self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
         if self.drafter is not None:
@@ -304,23 +305,29 @@ class Decoder:
                                      "streams": self.auto.describe()}
 
     def start_auto_rows(self, rows: list[Decoder]) -> None:
-        """decoder.auto in a batch: each row slot prices its steps at its share of the batched forward, t(B x q) / B
+        """decoder.auto in a batch: each row slot prices its steps at its share of the batched forward, t_B(q) / B
         (auto.py ``Batched``), with a controller of its own, kept across calls like its drafter (it starts from what
-        this decoder's controller has learnt at batch 1, if anything). The curves are probed up to B x the largest
-        batch-1 size first (untimed)."""
+        this decoder's controller has learnt at batch 1, if anything). Each model's curve of B rows is probed on the
+        batched forward once per batch size, untimed, at the batch-1 curve's contexts."""
         n = len(rows)
+        curves = dict(self.curves)  # (tests price with plain functions: Batched prices them at n x q tokens)
         for role, kv in (("target", self.target), ("draft", self.draft)):
             curve = self.curves.get(role)
-            if isinstance(curve, Curve):  # (tests price with plain functions)
-                kv.reset()  # the probe tops up the engine's own cache: a batch-1 generation's would not leave room
-                curve.ensure(kv, min(n * largest_probe(kv), kv.max_length - curve.key["context"] - 1))
+            if isinstance(curve, Curve):
+                if (role, n) not in self.batch_curves:
+                    kv.reset()  # the probe starts from the engine's own cache: a batch-1 generation's would not fit
+                    self.batch_curves[role, n] = Curve(kv, curve.key["context"], largest_probe(kv),
+                                                       self.cfg.cost_cache, rows=n)
+                curves[role] = self.batch_curves[role, n]
+        plan = Plan()  # one size per step for all the rows
         for row in rows:
-            row.curves = {role: Batched(curve, n) for role, curve in self.curves.items()}
+            row.curves = {role: Batched(curve, n) for role, curve in curves.items()}
             if row.auto is None:
                 row.auto = Controller(row.curves["target"], backoff=row.drafter.backoff,
                                       **row.drafter.priced_drafting())
                 row.auto.streams = copy.deepcopy(self.auto.streams)
             row.auto.cost = row.curves["target"]  # the batch size may change from call to call
+            row.auto.plan = plan
             row.auto.begin()
 
     def reserve(self, n: int) -> None:
