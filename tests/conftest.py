@@ -24,6 +24,19 @@ VOCAB = 96
 EOS = 2
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _working_dir(tmp_path_factory):
+    """Every test runs in a temporary working directory: the relative defaults a run writes under
+    (``decoder.cost_cache=outputs/cost_cache``: decoder.auto's and tree=auto's curves, the cost bound's) fill that,
+    not the repository's outputs/ with curves named after the tests' temporary models."""
+    import os
+
+    home = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(home)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--train-cache", metavar="DIR", default=None,

@@ -858,6 +858,12 @@ def test_a_batchs_rows_verify_one_size_per_step():
     for c in controllers:  # the statistics are the rows' own: nothing observed moves them here
         c.asked = None
     assert [c.size("s", k, CHAIN) for c, k in zip(controllers, n)] == second
+    # rows without candidates this step (PLD's without a match) pay for the padded block too, and gain one token:
+    # the batch drafts less than the one row with candidates would alone
+    n = [12, 0, 0]
+    [c.size("s", k, CHAIN) for c, k in zip(controllers, n)]
+    alone = max(range(13), key=lambda k: ((gains[0][k] + 2) / cost(3 * (1 + k)), -k))
+    assert controllers[0].size("s", 12, CHAIN) == alone < first[0], (alone, first)
 
 
 def test_auto_is_accepted_at_batch_size_above_one():
