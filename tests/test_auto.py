@@ -866,6 +866,15 @@ def test_a_batchs_rows_verify_one_size_per_step():
     assert controllers[0].size("s", 12, CHAIN) == alone < first[0], (alone, first)
 
 
+def test_a_batchs_exploration_pays_when_the_batch_gains():
+    """The batch explores on one schedule (``Plan``), so an AR step turned into a draft paid if the rows' tokens per
+    second beat their AR steps' together, not if one row gained: (tokens, seconds priced, an AR step's seconds)."""
+    one_gained = [(True, 3.0, 1.0, 0.5), (False, 1.0, 1.0, 0.5), (False, 1.0, 1.0, 0.5)]
+    assert not Plan.worth(one_gained)  # 5 tokens in 3 s against 3 in 1.5 s
+    assert Plan.worth([(True, 3.0, 1.0, 0.5), (True, 2.5, 1.0, 0.5), (False, 1.0, 1.0, 0.5)])  # 6.5 in 3 s
+    assert Plan.worth([(True, 0.0, 0.0, 0.0)] * 3) and not Plan.worth([(False, 0.0, 0.0, 0.0)] * 3)  # sizes > 0, none
+
+
 def test_auto_is_accepted_at_batch_size_above_one():
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf

@@ -333,7 +333,7 @@ class Plan:
         self.schedules: dict[str, Backoff] = {}  # stream -> the batch's explorations
         self.exploring: dict[str, bool] = {}  # stream -> whether this step explores
         self.entered: dict[str, set[int]] = {}  # stream -> the rows that started this step
-        self.paid: dict[str, list[bool]] = {}  # stream -> what this step's explorations were worth, per row
+        self.paid: dict[str, list[tuple]] = {}  # stream -> what this step's explorations were worth, per row
 
     def enter(self, controller: Controller, stream: str, own: Backoff) -> bool:
         """``controller``'s row starts a step on ``stream`` (its exploration schedule alone: ``own``); whether the step
@@ -348,7 +348,7 @@ class Plan:
         schedule = self.schedules[stream]
         paid = self.paid.pop(stream, None)
         if paid:
-            schedule.result(any(paid))
+            schedule.result(self.worth(paid))
         self.exploring[stream] = schedule.due()
         offers = self.offers.get(stream)
         if offers:
@@ -358,9 +358,21 @@ class Plan:
         entered.add(id(controller))
         return self.exploring[stream]
 
-    def result(self, stream: str, paid: bool) -> None:
-        """What a row's exploration was worth (applied once, at the next step)."""
-        self.paid.setdefault(stream, []).append(paid)
+    def result(self, stream: str, paid: bool, tokens: float = 0.0, seconds: float = 0.0, ar: float = 0.0) -> None:
+        """What a row's exploration was worth (applied once, at the next step): ``paid``, and for an AR step turned
+        into a draft the tokens it emitted, the seconds it was priced at and an AR step's."""
+        self.paid.setdefault(stream, []).append((paid, tokens, seconds, ar))
+
+    @staticmethod
+    def worth(paid: list[tuple]) -> bool:
+        """Whether the batch's exploration paid: where rows turned an AR step into a draft, the tokens they emitted per
+        second against their AR steps' (one row that gained pays little beside B - 1 that did not, and counted as paid
+        it kept the whole batch's padded explorations coming every ``EXPLORE`` steps); else whether it paid for any
+        row (a non-empty size: all rows alike)."""
+        drafts = [(t, s, a) for _, t, s, a in paid if s]
+        if not drafts:
+            return any(p for p, *_ in paid)
+        return sum(t for t, _, _ in drafts) / sum(s for _, s, _ in drafts) > len(drafts) / sum(a for *_, a in drafts)
 
     def pick(self, controller: Controller, stream: str, gains: list[float], kind: str, extra: int) -> int | None:
         """Record ``controller``'s offer (``gains[k]``: expected tokens verifying its first k candidates, priced by its
@@ -676,12 +688,13 @@ class Controller:
         self.picked(nodes, parents, [], stream)
         return True
 
-    def result(self, nodes: Nodes, stream: str, paid: bool) -> None:
+    def result(self, nodes: Nodes, stream: str, paid: bool, tokens: float = 0.0, seconds: float = 0.0,
+               ar: float = 0.0) -> None:
         """What this step's exploration was worth, to the schedule it came from: the stream's own, or the batch's."""
         if self.plan is None:
             nodes.explore.result(paid)
         else:
-            self.plan.result(stream, paid)
+            self.plan.result(stream, paid, tokens, seconds, ar)
 
     def picked(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
         """Record this step's pick (for ``observe`` and ``describe``) and return it."""
@@ -725,7 +738,8 @@ class Controller:
         nodes, parents, keep, stream = self.asked
         self.asked = None
         if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
-            self.result(nodes, stream, paid=(1 + v.accepted) / self.probe > 1 / self.t(1, CHAIN))
+            ar = self.t(1, CHAIN)
+            self.result(nodes, stream, (1 + v.accepted) / self.probe > 1 / ar, 1 + v.accepted, self.probe, ar)
             self.probe = None
         proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
