@@ -325,7 +325,7 @@ class Plan:
     before (one step late: a row proposes before its neighbours have ranked), and each row verifies the most of its
     candidates it may up to it. The first step of a batch, with nothing offered yet, is each row's own pick. The
     batch explores at the steps its schedule says (``Backoff``, counted once per step, starting where the first row's
-    stood; an exploration paid if it paid for any row)."""
+    stood; what an exploration was worth to the whole batch: ``worth``)."""
 
     def __init__(self):
         self.offers: dict[str, dict[int, tuple]] = {}  # stream -> row controller id -> its offer at this step
@@ -509,7 +509,7 @@ class Controller:
         self.context: int | None = None
         self.backoff = backoff  # False: every EXPLORE-th step explores, whatever it paid (Drafter.backoff)
         self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
-        self.asked: tuple[Nodes, list[int], list[int]] | None = None  # this step's stream, parents, kept nodes
+        self.asked: tuple[Nodes, list[int], list[int], str] | None = None  # this step's nodes, parents, kept, stream
         self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
         self.plan: Plan | None = None  # in a lock-step batch: the rows' shared sizes (start_auto_rows)
