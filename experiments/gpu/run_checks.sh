@@ -30,7 +30,7 @@ step() {  # step NAME SECONDS OVERRIDES...: one sweep into $O/NAME, its log besi
   timeout -k 10 "$limit" $PY -m specnoise "$@" "hydra.sweep.dir=$O/$name" ${EXTRA:-} > "$O/$name.log" 2>&1
   echo "   exit $? ($((SECONDS - start)) s)"
   ${AFTER_STEP:-true}  # e.g. pack what is done so far
-  grep -E "^\| *(ar|ar_bs1|jacobi|tr_jacobi|pld|lookahead|token_recycling|sam|rest|speculative|ouroboros|hf_static) +\|" \
+  grep -E "^\| *(ar|ar_bs1|jacobi|tr_jacobi|pld|lookahead|token_recycling|sam|rest|speculative|ouroboros|hf_static)(\+auto)? +\|" \
     "$O/$name.log" | head -40
 }
 # Spec-Bench's summarization scorer needs rouge-score, which the GPU image lacks: the speed and the losslessness need
