@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path re-checked in one lease (~5 minutes on an H100), one timed job after another, on 8 HumanEval
+# The GPU path re-checked in one lease (~5 minutes on an H100 with LIMIT=8), one timed job after another, on 8 HumanEval
 # problems and on the first Spec-Bench question of each category (SUBSETS), 128 new tokens, bf16:
 # 1. side: the static cache compiled (one CUDA graph per bucket, the draft compiled too), every drafter faithful and
 #    hardware-aware (NAME+auto entries: each times this GPU's own cost curve) side by side in one job against one AR
@@ -15,11 +15,15 @@
 # draft.compile=false benchmark.limit=2 benchmark.max_new_tokens=16"). STEPS: which steps run ("side batches", the
 # default; or "engines"); STEP_S / BATCH_S: each step's time limit (seconds); LIMIT / REPEATS: prompts and timed
 # repeats of the side or engines steps (8 / 1: the first run's); AFTER_STEP: a command run after each step (e.g.
-# packing what is done so far).
+# packing what is done so far). A fresh machine's first side step compiles cold: ~110 s before its progress bar, then
+# a warm-up generation per decoder (19 here) compiles more; at LIMIT=20 REPEATS=2 the HumanEval side step (760
+# generations) did not finish in 170 s on 2026-11-27 (h100/checks3), the Spec-Bench one, compiled warm, took 89 s.
+# With STEP_S=300 the default steps can need ~9 minutes: near a device call's 10-minute limit, run STEPS=side and
+# STEPS=batches as two calls.
 set -uo pipefail
 O=${1:-outputs/gpu-checks}
 PY=${PYTHON:-python3}
-STEP_S=${STEP_S:-170}
+STEP_S=${STEP_S:-300}
 BATCH_S=${BATCH_S:-120}
 mkdir -p "$O"
 start=$SECONDS
