@@ -771,8 +771,9 @@ def test_a_graph_engines_template_pick_changes_only_for_a_clear_gain():
             plain.sticky = 0.0
             best = plain.select("t", parents)
             last = controller.streams["t"].last if "t" in controller.streams else None
+            explores = "t" in controller.streams and controller.streams["t"].explore.pending()
             pick = controller.select("t", parents)
-            if controller.streams["t"].kept:  # between rankings (auto.RERANK) the last ranked pick stays as it is
+            if controller.streams["t"].kept and not explores:  # between rankings the last ranked pick stays as it is
                 reused += 1
                 assert sticky and pick == sorted(last) and controller.streams["t"].last is last
             else:
@@ -792,6 +793,34 @@ def test_a_graph_engines_template_pick_changes_only_for_a_clear_gain():
         picks[sticky] = (sum(seen[i] != seen[i - 1] for i in calm), len(set(seen)))
         assert reused > 600 / 2 if sticky else not reused, reused
     assert 4 * picks[auto.STICKY][0] < picks[0.0][0] and picks[auto.STICKY][1] < picks[0.0][1], picks
+
+
+def test_a_graph_engines_kept_template_is_ranked_ever_more_rarely():
+    """On a graph engine a template whose rankings keep the pick is ranked ever more rarely (the interval doubles from
+    auto.RERANK up to auto.RERANK_MAX), and a ranking that changes the pick starts over at RERANK: on an H100's flat
+    curve the whole template stays, and ranking it cost host time at every 4th step."""
+    parents = [-1, 0, 1, -1, 3, 0]
+    flat = lambda q, kind=CHAIN: 1.0  # noqa: E731 - every size costs one AR step: the whole template pays
+    controller = Controller(flat, sticky=auto.STICKY)
+    ranked = []
+    for step in range(200):
+        explores = "t" in controller.streams and controller.streams["t"].explore.pending()
+        pick = controller.select("t", parents)
+        nodes = controller.streams["t"]
+        if not nodes.kept and not explores:
+            ranked.append(step)
+        assert pick == list(range(len(parents)))
+        controller.observe(SimpleNamespace(accepted=1, shape=SimpleNamespace(nodes=len(pick)), path=[0, 1]))
+    # kept for 4, 8, 16, then 32 steps (explorations rank too, but their picks are not kept: they do not count)
+    gaps = [b - a for a, b in zip(ranked, ranked[1:])]
+    assert gaps[0] == auto.RERANK + 1 and gaps == sorted(gaps) and gaps[-1] > auto.RERANK_MAX, ranked
+    assert nodes.rerank == auto.RERANK_MAX and len(ranked) <= 10, ranked
+    # dear drafting: the next ranking drops the template, and the interval starts over
+    controller.cost = lambda q, kind=CHAIN: 1.0 * q  # noqa: E731
+    for _ in range(auto.RERANK_MAX + 1):
+        pick = controller.select("t", parents)
+        controller.observe(SimpleNamespace(accepted=0, shape=SimpleNamespace(nodes=len(pick)), path=[0]))
+    assert len(nodes.last) < len(parents) and nodes.rerank == auto.RERANK
 
 
 def test_a_batch_prices_a_rows_share_of_the_batched_forward():

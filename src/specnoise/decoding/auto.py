@@ -58,7 +58,8 @@ tokens per second over all the rows.
 
 On an engine that replays CUDA graphs (the compiled static engine) a step is short (0.66 ms for the shipped model on
 an H100) and every new step shape is a recording, so there the controller keeps a template's pick unless a new one
-gains ``STICKY`` and ranks a template every ``RERANK``-th step only; the static engine pads a block to its bucket,
+gains ``STICKY`` and ranks a template every ``RERANK``-th step only (less often while the rankings keep the pick:
+``RERANK_MAX``); the static engine pads a block to its bucket,
 so its curve prices the bucket (``Curve.padded``). CPU engines rank every step and price every size as probed.
 """
 
@@ -112,7 +113,11 @@ STICKY = 0.02
 # proposed) a stand-in that does not pay would skip every lookup until the next exploration, up to EXPLORE_MAX steps
 # (REST on the Spec-Bench miniature: 10% more forwards than looking at every step)
 IDLE_RUN = 3
-RERANK = 4  # ... and where that is on, a template is ranked anew every RERANK-th step (and at explorations) only
+RERANK = 4  # ... and where that is on, a template is ranked anew every RERANK-th step (and at explorations) only,
+# the interval doubling up to RERANK_MAX while rankings keep the last pick (a pick that changes starts over at RERANK):
+# on an H100's flat curve TR-Jacobi and Token Recycling keep their whole template, and auto ran 9% slower than faithful
+# there, 0.15-0.19 ms more host time per step (h100/checks3), about half of the controller's Python in rankings
+RERANK_MAX = 32
 
 
 # ---------------------------------------------------------------------------------------------- the cost curve
@@ -461,6 +466,7 @@ class Nodes:
         self.explore = Backoff()
         self.last: list[int] | None = None  # the last pick that was not an exploration (Controller.sticky)
         self.kept = 0  # steps that reused ``last`` without ranking since the last ranking (RERANK)
+        self.rerank = RERANK  # ... and how many may (up to RERANK_MAX while the rankings keep ``last``)
         self.idled = 0  # steps in a row that ``Controller.idle`` made AR steps (IDLE_RUN)
         self.version = 0  # observations so far: the statistics changed since a pick rested on them
         self.still: tuple | None = None  # what the last pick, an AR step, rested on (``Controller.choose``)
@@ -593,14 +599,15 @@ class Controller:
         if not explore and allow is None and nodes.still == still and self.plan is None:
             self.probe = None
             return self.picked(nodes, parents, [], stream)
-        if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < RERANK
+        if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < nodes.rerank
                 and (allow is None or all(allow[i] for i in nodes.last))):
             # a graph engine's template pick between re-rankings: the ranking (every node's p, every size priced) is
             # Python work that costs ~15% of a graphed step on an H100; the statistics move slowly (FORGET)
             nodes.kept += 1
             self.probe = None
             return self.picked(nodes, parents, sorted(nodes.last), stream)
-        nodes.kept = 0
+        if not explore:  # (an exploration's pick is not kept: the count to the next ranking goes on)
+            nodes.kept = 0
         p = nodes.p(parents, allow)
         if cuts is None:
             # highest p first; reverse keeps a sort stable: ties keep their order
@@ -635,6 +642,9 @@ class Controller:
                 self.probe = self.spend(stream, probe, kind, extra, 1 + sum(max(p[i], 0.0) for i in order[:probe]))
             chosen = order[:probe]
         elif cuts is None:
+            if self.sticky:
+                same = nodes.last is not None and set(chosen) == set(nodes.last)
+                nodes.rerank = min(2 * nodes.rerank, RERANK_MAX) if same else RERANK
             nodes.last = chosen
         nodes.still = still if not (explore or chosen or allow) else None
         return self.picked(nodes, parents, sorted(chosen), stream)
