@@ -864,10 +864,15 @@ def test_a_batchs_curve_is_probed_on_the_batched_forward(target, tmp_path, monke
     assert Curve(kv, context=20, largest=4, cache_dir=str(pinned), rows=2).path == pinned.with_name("curve.rows2.json")
 
 
-def test_a_batchs_rows_verify_one_size_per_step():
+def test_a_batchs_rows_verify_one_size_per_step(monkeypatch):
     """The batch pays for its largest block, so its rows share one size per step (``Plan``): the one with the most
     expected tokens per second summed over the rows (each row's share of the padded forward), from what every row
-    offered at the step before; a row with fewer candidates verifies them all. The first step is each row's own."""
+    offered at the step before; a row with fewer candidates verifies them all. The first step is each row's own.
+    A row whose statistics, candidates and prices did not move since its last ranking offers that ranking again
+    without ranking anew (``Nodes.ranked``)."""
+    ranked = []
+    p = Nodes.p
+    monkeypatch.setattr(Nodes, "p", lambda self, *a, **k: ranked.append(self) or p(self, *a, **k))
     cost = lambda q, kind=CHAIN: 1.0 + 0.08 * q  # noqa: E731
     plan, controllers = Plan(), []
     for rate in (0.9, 0.5, 0.05):  # a row whose drafts pass 90% of the time, 50%, 5%
@@ -886,7 +891,10 @@ def test_a_batchs_rows_verify_one_size_per_step():
     assert second == [best, best, min(best, 2)] and 0 < best < 12, (first, second, best)
     for c in controllers:  # the statistics are the rows' own: nothing observed moves them here
         c.asked = None
-    assert [c.size("s", k, CHAIN) for c, k in zip(controllers, n)] == second
+    assert len(ranked) == 3  # the first step's rankings stand for the second's
+    assert [c.size("s", k, CHAIN) for c, k in zip(controllers, n)] == second and len(ranked) == 3
+    controllers[1].streams["s"].version += 1  # an observation: that row ranks anew, the same statistics the same
+    assert [c.size("s", k, CHAIN) for c, k in zip(controllers, n)] == second and len(ranked) == 4
     # rows without candidates this step (PLD's without a match) pay for the padded block too, and gain one token:
     # the batch drafts less than the one row with candidates would alone
     n = [12, 0, 0]

@@ -470,6 +470,7 @@ class Nodes:
         self.idled = 0  # steps in a row that ``Controller.idle`` made AR steps (IDLE_RUN)
         self.version = 0  # observations so far: the statistics changed since a pick rested on them
         self.still: tuple | None = None  # what the last pick, an AR step, rested on (``Controller.choose``)
+        self.ranked: tuple | None = None  # in a batch: the last ranking, and what it rested on (``Controller.choose``)
 
     def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
         """Each node's chance that its whole path is accepted: its parent's times its own conditional rate
@@ -599,6 +600,15 @@ class Controller:
         if not explore and allow is None and nodes.still == still and self.plan is None:
             self.probe = None
             return self.picked(nodes, parents, [], stream)
+        if (self.plan is not None and not explore and allow is None and nodes.ranked is not None
+                and nodes.ranked[0] == still and stream in self.plan.sizes):
+            # in a batch, nothing the last ranking rested on has moved (its rows' AR steps propose nothing, so the
+            # statistics stay): its order and gains are offered again, the batch's size taken from them (at B = 16 on
+            # the CPU the rows mostly take AR steps, and ranking a 68-node template anyway cost ~70 us per row-step)
+            _, order, sizes, gains = nodes.ranked
+            self.probe = None
+            return self.picked(nodes, parents, sorted(order[:self.planned(stream, order, sizes, kind, extra, 0, gains)]),
+                               stream)
         if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < nodes.rerank
                 and (allow is None or all(allow[i] for i in nodes.last))):
             # a graph engine's template pick between re-rankings: the ranking (every node's p, every size priced) is
@@ -617,7 +627,9 @@ class Controller:
             order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
         best, best_rate = self.best(stream, p, order, sizes, kind, extra)
         if self.plan is not None:
-            best = self.planned(stream, order, sizes, kind, extra, best, expected(p, order))
+            gains = expected(p, order)
+            nodes.ranked = (still, order, sizes, gains) if not (explore or allow) else None
+            best = self.planned(stream, order, sizes, kind, extra, best, gains)
         chosen = order[:best]
         if self.sticky and cuts is None and nodes.last and all(p[i] >= 0 for i in nodes.last):
             # a template pick on a graph engine: the last pick stays unless the best beats it by ``sticky``: a new pick
