@@ -605,10 +605,10 @@ class Controller:
             # in a batch, nothing the last ranking rested on has moved (its rows' AR steps propose nothing, so the
             # statistics stay): its order and gains are offered again, the batch's size taken from them (at B = 16 on
             # the CPU the rows mostly take AR steps, and ranking a 68-node template anyway cost ~70 us per row-step)
-            _, order, sizes, gains = nodes.ranked
+            _, order, sizes, gains = nodes.ranked  # (no prices in them: the batch's size is priced by ``Plan``)
             self.probe = None
-            return self.picked(nodes, parents, sorted(order[:self.planned(stream, order, sizes, kind, extra, 0, gains)]),
-                               stream)
+            size = self.planned(stream, order, sizes, kind, extra, 0, gains)
+            return self.picked(nodes, parents, sorted(order[:size]), stream)
         if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < nodes.rerank
                 and (allow is None or all(allow[i] for i in nodes.last))):
             # a graph engine's template pick between re-rankings: the ranking (every node's p, every size priced) is
