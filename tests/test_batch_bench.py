@@ -307,6 +307,35 @@ def test_the_warm_up_leaves_no_history_in_a_batchs_row_slots(target, draft):
     assert not decoder.drafter.pool and not any(row.drafter.pool for row in decoder.row_slots)
 
 
+def test_the_warm_up_shows_each_decoder_and_ends_on_a_signal(target):
+    """The warm-up's generations come before the first timed one, and compiling engines spend minutes there: the
+    progress bar names the decoder warming up (each once: REFERENCE is AR again), and a signal ends the warm-up
+    between two decoders instead of after all of them."""
+    from specnoise.bench.measure import warm_up
+    from specnoise.bench.progress import Stop
+
+    class Bar:  # what the runner's tqdm bar is told
+        def __init__(self):
+            self.said = []
+
+        def set_postfix_str(self, text):
+            self.said.append(text)
+
+    ar, pld = (build_decoder(DECODER_SCHEMAS[name](), target) for name in ("ar", "pld"))
+    bar, stop, ran = Bar(), Stop(), []
+    for name, decoder in (("ar", ar), ("pld", pld)):
+        generate = decoder.generate
+        decoder.generate = lambda *a, _g=generate, _n=name, **k: ran.append(_n) or _g(*a, **k)
+    prompts = random_prompts(1, seed=3, min_len=8)
+    warm_up({"ar": ar, "pld": pld, REFERENCE: ar}, prompts, 8, 1, bar=bar, stop=stop)
+    assert bar.said == ["warm-up ar", "warm-up pld"] and ran == ["ar", "pld"]
+    ran.clear()
+    generate = ar.generate
+    ar.generate = lambda *a, **k: (setattr(stop, "signal", "SIGTERM"), generate(*a, **k))[1]  # a signal meanwhile
+    warm_up({"ar": ar, "pld": pld}, prompts, 8, 1, bar=bar, stop=stop)
+    assert ran == ["ar"]
+
+
 def test_batched_wrap_up_says_each_stage_and_times_no_probe_it_discards(models, prompt_file, tmp_path, monkeypatch,
                                                                           caplog):
     from specnoise.bench import bound

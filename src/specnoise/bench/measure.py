@@ -77,19 +77,27 @@ def order(names: list[str], slot: int) -> list[str]:
 
 
 def warm_up(decoders: dict[str, Decoder], prompts: list[list[int]], budget: int, times: int,
-            sizes: tuple[int, ...] = ()) -> None:
+            sizes: tuple[int, ...] = (), bar=None, stop=None) -> None:
     """Untimed generations of the first prompt (and, per group size in ``sizes`` > 1, of a batch of the first
     prompts of that size, with the whole budget: a static engine's buckets and compiled graphs include the batch
     dimension, and a short warm-up would leave some of a decoder's block sizes to compile in the timed region), then
-    ``reset_history()`` so nothing learnt here helps the measured prompts."""
-    unique = list({id(d): d for d in decoders.values()}.values())  # REFERENCE is AR again
+    ``reset_history()`` so nothing learnt here helps the measured prompts. ``bar`` shows which decoder warms up (on a
+    fresh GPU machine the compiled engine's warm-up of 19 decoders showed 0 generations for over a minute); ``stop.signal``
+    ends it between two decoders."""
+    unique: dict[int, tuple[str, Decoder]] = {}
+    for name, decoder in decoders.items():
+        unique.setdefault(id(decoder), (name, decoder))  # REFERENCE is AR again
     for _ in range(times):
-        for decoder in unique:
+        for name, decoder in unique.values():
+            if stop is not None and stop.signal:
+                return
+            if bar is not None:
+                bar.set_postfix_str(f"warm-up {name}")
             decoder.generate(prompts[0], budget)
             for size in sizes:
                 if size > 1:
                     decoder.generate_batch(prompts[:size], budget)
-    for decoder in unique:
+    for _, decoder in unique.values():
         decoder.reset_history()  # a batch's row slots' too
 
 
@@ -162,7 +170,7 @@ def measure(todo: list[tuple[int, list[Sample]]], decoders: dict[str, Decoder], 
     sizes = tuple(sorted({len(g) for _, g in todo} - {1})) if batch_size > 1 else ()
     while len(first) < max(sizes, default=1):  # a later group larger than the first (a resumed run)
         first.append(first[-1])
-    warm_up(decoders, first, budget, warmup, sizes)
+    warm_up(decoders, first, budget, warmup, sizes, bar, stop)
     for index, group in todo:
         turns = run_group(group, index, decoders, budget, limit, repeats, encode, tokenizer, bar, stop, batch_size)
         if turns is None:
