@@ -903,6 +903,31 @@ def test_a_batchs_rows_verify_one_size_per_step(monkeypatch):
     assert controllers[0].size("s", 12, CHAIN) == alone < first[0], (alone, first)
 
 
+def test_a_batchs_rows_skip_their_lookup_while_the_batch_takes_ar_steps():
+    """A drafter whose lookup is host work (REST) asks ``idle`` first: in a batch a row skips it while the batch's
+    size for the step is 0 and the step does not explore, offering its last candidates for the next step's size, and
+    looks anyway after auto.IDLE_RUN such steps; where drafting pays the rows look at every step."""
+    def run(cost, steps=40):
+        plan, rows = Plan(), [Controller(Batched(cost, 2)) for _ in range(2)]
+        looked = {0: [], 1: []}
+        for c in rows:
+            c.plan = plan
+        for step in range(steps):
+            for i, c in enumerate(rows):
+                if not c.idle("s", chain_parents(3) if step else None):
+                    looked[i].append(step)
+                    c.size("s", 3, CHAIN, parents=chain_parents(3))  # its lookup found 3 candidates
+                    c.asked = None  # (nothing verified: the statistics stay)
+        return looked
+
+    looked = run(lambda q, kind=CHAIN: 1.0 * q)  # every token costs an AR step: drafting never pays
+    assert looked[0] == looked[1] and looked[0][0] == 0, looked  # the rows agree on the steps (one plan)
+    assert max(b - a for a, b in zip(looked[0], looked[0][1:])) <= auto.IDLE_RUN + 1, looked
+    assert len(looked[0]) <= 40 // (auto.IDLE_RUN + 1) + 3, looked  # + the explorations
+    looked = run(lambda q, kind=CHAIN: 1.0)  # every size costs one AR step: drafting pays, the rows look every step
+    assert looked[0] == looked[1] == list(range(40)), looked
+
+
 def test_a_batchs_exploration_pays_when_the_batch_gains():
     """The batch explores on one schedule (``Plan``), so an AR step turned into a draft paid if the rows' tokens per
     second beat their AR steps' together, not if one row gained: (tokens, seconds priced, an AR step's seconds)."""

@@ -526,6 +526,7 @@ class Controller:
         self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
         self.plan: Plan | None = None  # in a lock-step batch: the rows' shared sizes (start_auto_rows)
+        self.entered: tuple[str, bool] | None = None  # in a batch: ``idle`` entered this step's plan (stream, explore)
 
     @property
     def cost(self) -> Callable[[float, str], float]:
@@ -555,6 +556,16 @@ class Controller:
         if got is None:
             got = self.prices[key] = [self.t(1 + extra + k, kind) for k in range(n + 1)]
         return got
+
+    def step(self, stream: str, nodes: Nodes) -> bool:
+        """Count a step of ``stream``; whether it explores: the stream's own schedule, or in a batch the plan's,
+        entered once per step (``batch_idle`` may have entered it already and let the row look)."""
+        if self.plan is None:
+            return nodes.explore.due()
+        if self.entered is not None and self.entered[0] == stream:
+            explore, self.entered = self.entered[1], None
+            return explore
+        return self.plan.enter(self, stream, nodes.explore)
 
     def begin(self) -> None:
         """A generation starts: a new text, where drafting may pay as it did not in the last one, so every stream
@@ -589,7 +600,7 @@ class Controller:
         highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
         nodes = self.streams.get(stream) or self.streams.setdefault(stream, Nodes())  # (no Nodes() per step)
         nodes.idled = 0
-        explore = nodes.explore.due() if self.plan is None else self.plan.enter(self, stream, nodes.explore)
+        explore = self.step(stream, nodes)
         # the last pick was an AR step and nothing it rested on has moved (the statistics: nothing was proposed since;
         # the prices: the same context step and curve; the candidates' tree): this one is an AR step too, without
         # ranking and pricing every size again, ~0.1 ms of Python per step (~1% of an AR step of the shipped model on
@@ -706,16 +717,37 @@ class Controller:
         stream's last candidates (``parents``: their tree, standing in for this step's) would not pay at the current
         statistics, and fewer than ``IDLE_RUN`` steps in a row were idle. For a drafter whose candidates cost host
         work to find (REST's corpus lookup, ~8% of an AR step on the CPU, at steps that were nearly all AR steps on
-        Spec-Bench's summarization and RAG). The step is counted then, as ``choose`` counts it."""
+        Spec-Bench's summarization and RAG). The step is counted then, as ``choose`` counts it. In a batch
+        (``batch_idle``) the batch's size decides."""
         nodes = self.streams.get(stream)
-        if self.plan is not None:  # in a batch the batch's size decides, not this row's: a row looks at every step
-            return False
+        if self.plan is not None:
+            return self.batch_idle(nodes, stream, parents, kind, extra)
         if nodes is None or not parents or nodes.explore.pending() or nodes.idled >= IDLE_RUN:
             return False
         if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra)[0]:
             return False
         nodes.idled += 1
         nodes.explore.due()  # (not due: checked above)
+        self.probe = None
+        self.picked(nodes, parents, [], stream)
+        return True
+
+    def batch_idle(self, nodes: Nodes | None, stream: str, parents: list[int] | None, kind: str, extra: int) -> bool:
+        """``idle`` in a batch: an AR step without a lookup when the batch's size for this step is 0 and it does not
+        explore (and fewer than ``IDLE_RUN`` steps in a row were idle), offering the last candidates' gains for the
+        next step's size instead of this step's. Looking at every step, REST's rows paid their corpus lookup (~1 ms
+        of host work per row on the CPU) at steps the batch then took as AR steps. Else the row looks, and ``choose``
+        takes the step this call entered."""
+        self.entered = None
+        if nodes is None or not parents or nodes.idled >= IDLE_RUN:
+            return False
+        explore = self.plan.enter(self, stream, nodes.explore)
+        if explore or self.plan.sizes.get(stream) != 0:
+            self.entered = (stream, explore)
+            return False
+        order = list(range(len(parents)))
+        self.plan.pick(self, stream, expected(nodes.p(parents), order), kind, extra)
+        nodes.idled += 1
         self.probe = None
         self.picked(nodes, parents, [], stream)
         return True
@@ -760,7 +792,7 @@ class Controller:
         and gains one token whatever the size (PLD's rows without a match; offered by the rows with one alone, the
         batch drafted at B = 4 on Spec-Bench where most rows had none, at 0.87x batched AR)."""
         if self.plan is not None:
-            self.plan.enter(self, stream, self.streams.setdefault(stream, Nodes()).explore)
+            self.step(stream, self.streams.setdefault(stream, Nodes()))
             self.plan.pick(self, stream, [1.0], kind, extra)
 
     def observe(self, v) -> None:

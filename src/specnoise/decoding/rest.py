@@ -75,6 +75,7 @@ class REST(Drafter):
         n, lo, hi = self.store.longest_suffix(self.seq, min(cfg.max_suffix, self.longest))
         self.longest = n  # the next step's match is at most this one plus the tokens accepted since (as SAM's)
         if n < cfg.min_suffix or depth == 0:
+            self.cut(0)  # decoder.auto: an AR step, which a batch's plan counts (Controller.ar_step)
             return self.chain([])
         self.hits += 1
         rows = self.store.continuations(n, lo, hi, depth, cfg.matches)
