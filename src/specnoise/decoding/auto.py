@@ -404,7 +404,7 @@ class Plan:
                 price = [price[0]] + [price[k] + (controller.draft_cost(stream, k) + gains[k] * share)
                                       for k in range(1, largest + 1)]
             tokens.append(gains)
-            seconds.append(price[:largest + 1])
+            seconds.append(price)  # (price_list's: sizes 0..largest)
         rates = list(map(truediv, map(sum, zip(*tokens)), map(sum, zip(*seconds))))
         return rates.index(max(rates))  # the first of the highest: ties to the smaller size
 
@@ -557,6 +557,13 @@ class Controller:
             got = self.prices[key] = [self.t(1 + extra + k, kind) for k in range(n + 1)]
         return got
 
+    def nodes_of(self, stream: str) -> Nodes:
+        """The statistics of ``stream``, new on its first step (looked up before made: this runs at every step)."""
+        nodes = self.streams.get(stream)
+        if nodes is None:
+            nodes = self.streams[stream] = Nodes()
+        return nodes
+
     def step(self, stream: str, nodes: Nodes) -> bool:
         """Count a step of ``stream``; whether it explores: the stream's own schedule, or in a batch the plan's,
         entered once per step (``batch_idle`` may have entered it already and let the row look)."""
@@ -598,7 +605,7 @@ class Controller:
                allow: list[bool] | None) -> list[int]:
         """The kept nodes (ascending). ``cuts``: prefixes of the given order only, of these sizes; else the k nodes of
         highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
-        nodes = self.streams.get(stream) or self.streams.setdefault(stream, Nodes())  # (no Nodes() per step)
+        nodes = self.nodes_of(stream)
         nodes.idled = 0
         explore = self.step(stream, nodes)
         # the last pick was an AR step and nothing it rested on has moved (the statistics: nothing was proposed since;
@@ -792,7 +799,7 @@ class Controller:
         and gains one token whatever the size (PLD's rows without a match; offered by the rows with one alone, the
         batch drafted at B = 4 on Spec-Bench where most rows had none, at 0.87x batched AR)."""
         if self.plan is not None:
-            self.step(stream, self.streams.setdefault(stream, Nodes()))
+            self.step(stream, self.nodes_of(stream))
             self.plan.pick(self, stream, [1.0], kind, extra)
 
     def observe(self, v) -> None:
