@@ -903,6 +903,42 @@ def test_a_batchs_rows_verify_one_size_per_step(monkeypatch):
     assert controllers[0].size("s", 12, CHAIN) == alone < first[0], (alone, first)
 
 
+def test_a_batch_drafts_for_the_rows_it_waits_for():
+    """A lock-step batch ends with its last row, and its forward costs a fixed part plus a part per live row
+    (``Batched.split``): drafting pays where it speeds up the rows with the most tokens still to come. Rows ahead that
+    would gain do not buy drafts while the last one would not; the same rows with the last one gaining do. A row
+    left alone in the batch is priced as at batch 1: it picks what it would alone, more than a share of the whole
+    batch's forward would buy."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.1 * q  # noqa: E731 - a fixed cost plus a per-token one
+    assert Batched(cost, 4).split(3) == pytest.approx((1.0, 0.3))  # a + 4m = cost(12), a + m = cost(3)
+
+    def sizes(rates, rooms, steps=2):
+        plan, rows = Plan(), []
+        for rate, room in zip(rates, rooms):
+            row = Controller(Batched(cost, 4), backoff=False)
+            row.plan, row.room = plan, room
+            nodes = row.streams.setdefault("s", Nodes())
+            nodes.trials, nodes.hits = [1000.0] * 8, [1000.0 * rate] * 8
+            rows.append(row)
+        for _ in range(steps):  # the first step is each row's own pick, the second the plan's
+            picks = [row.size("s", 8, CHAIN) for row in rows]
+            for row in rows:
+                row.asked = None  # (nothing verified: the statistics stay)
+        return picks
+
+    ahead = sizes([0.9, 0.9, 0.9, 0.05], [30, 30, 30, 40])  # the last row's drafts fail
+    assert ahead == [0, 0, 0, 0], ahead
+    level = sizes([0.9, 0.9, 0.9, 0.05], [40, 40, 40, 40])  # all four last: the three rows' gains carry the batch
+    assert level[0] > 0 and len(set(level)) == 1, level
+    behind = sizes([0.9, 0.9, 0.9, 0.05], [40, 30, 30, 30])  # the last row's drafts pass
+    assert behind[0] > 0 and len(set(behind)) == 1, behind
+    alone = Controller(cost)
+    alone.streams["s"] = Nodes()
+    alone.streams["s"].trials, alone.streams["s"].hits = [1000.0] * 8, [500.0] * 8
+    tail = sizes([0.5], [40])
+    assert tail == [alone.size("s", 8, CHAIN)] and tail[0] > sizes([0.5], [40], steps=1)[0], tail
+
+
 def test_a_batchs_rows_skip_their_lookup_while_the_batch_takes_ar_steps():
     """A drafter whose lookup is host work (REST) asks ``idle`` first: in a batch a row skips it while the batch's
     size for the step is 0 and the step does not explore, offering its last candidates for the next step's size, and

@@ -75,7 +75,6 @@ import re
 import time
 from collections.abc import Callable
 from itertools import accumulate
-from operator import truediv
 from pathlib import Path
 
 import torch
@@ -118,6 +117,9 @@ RERANK = 4  # ... and where that is on, a template is ranked anew every RERANK-t
 # on an H100's flat curve TR-Jacobi and Token Recycling keep their whole template, and auto ran 9% slower than faithful
 # there, 0.15-0.19 ms more host time per step (h100/checks3), about half of the controller's Python in rankings
 RERANK_MAX = 32
+# in a lock-step batch, the rows within this many tokens of the most still to come are the batch's last to finish
+# (``Plan.best``): their steps are the batch's steps
+LAST_LAG = 2
 
 
 # ---------------------------------------------------------------------------------------------- the cost curve
@@ -301,10 +303,11 @@ class Batched:
     forward, ``Curve.rows`` = rows) over rows. The batch pays for its largest block (pads fill the others), so this is
     exact for rows proposing alike and optimistic for a row proposing more than its neighbours."""
 
-    def __init__(self, curve: Curve, rows: int):
+    def __init__(self, curve: Curve, rows: int, single: Curve | None = None):
         if isinstance(curve, Curve) and curve.rows != rows:
             raise ValueError(f"a batch of {rows} rows is priced by a curve of {rows} rows, not {curve.rows}")
         self.curve, self.rows = curve, rows
+        self.single = single  # the batch-1 curve of the same model (``split``); None: every cost is per row
 
     def __call__(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
         curve = self.curve
@@ -312,6 +315,21 @@ class Batched:
             return curve(q * self.rows, kind) / self.rows
         # every row's block padded to the step's bucket, at this row's context (as if its neighbours' were alike)
         return curve(q, kind, context) / self.rows
+
+    def split(self, q: float, context: float | None = None) -> tuple[float, float]:
+        """The batched forward of q tokens per row as a fixed cost and a cost per live row, (a, m) with a + rows x m =
+        t_rows(q) and a + m = t_1(q) (the batch-1 curve's masked forward: a batch's forwards carry a mask). On the
+        shipped model on the CPU an AR step of 16 rows costs 8.4 ms and of one row 4.9: a row that leaves the batch
+        saves 0.23 ms a step, not its 0.53 ms share. Without a batch-1 curve: (0, t_rows(q) / rows)."""
+        curve = self.curve
+        if not isinstance(curve, Curve):  # (tests: a plain function of the tokens fed, batch 1 included)
+            full, single = curve(q * self.rows, TREE), curve(q, TREE)
+        elif self.single is None or self.rows == 1:
+            return 0.0, curve(q, TREE, context) / self.rows
+        else:
+            full, single = curve(q, TREE, context), self.single(q, TREE, context)
+        fixed = max(0.0, (self.rows * single - full) / (self.rows - 1)) if self.rows > 1 else 0.0
+        return fixed, (full - fixed) / self.rows
 
     @property
     def version(self) -> int:
@@ -328,8 +346,9 @@ class Plan:
     verifying 10 drafts beside rows verifying none, whose padded blocks bought nothing; and rows exploring at steps of
     their own (their counts differ with their generations' lengths) padded a block every few steps at B = 16. Each
     row's controller offers what its candidates would gain at every size (its ranking) and what it would spend; a
-    step's size is the one with the most expected tokens per second summed over the rows that offered at the step
-    before (one step late: a row proposes before its neighbours have ranked), and each row verifies the most of its
+    step's size is the one that saves the batch the most time per second it costs (``best``: the batch ends with its
+    last row) over the rows that offered at the step before (one step late: a row proposes before its neighbours
+    have ranked), and each row verifies the most of its
     candidates it may up to it. The first step of a batch, with nothing offered yet, is each row's own pick. The
     batch explores at the steps its schedule says (``Backoff``, counted once per step, starting where the first row's
     stood; what an exploration was worth to the whole batch: ``worth``)."""
@@ -389,23 +408,38 @@ class Plan:
 
     @staticmethod
     def best(offers) -> int:
-        """The size with the most expected tokens per second of the whole batch (ties: the smaller)."""
+        """The size that saves the batch the most time per second it costs (ties: the smaller). A lock-step batch runs
+        until its last row is done, and a step costs a fixed part and a part per live row (``Batched.split``). A token
+        a row gains saves the batch that row's part of a later step, and the fixed part too if the row is among the
+        last to finish (``LAST_LAG``: most tokens still to come, ``Controller.room``); a step of size k costs the fixed
+        part, each row's part of the padded block and its drafting. Priced as a sum of row shares, t_B(q) / B each,
+        drafting bought tokens for rows that finished early and then left one or two rows decoding alone: TR-Jacobi
+        with auto at B = 16 ran as many batched steps as AR on HumanEval (63 against 64), their forwards 5-9% dearer.
+        The same sum priced a tail of two live rows at 2 / 16 of a 16-row forward, where drafting pays as at batch 1."""
         offers = list(offers)
         largest = max(len(gains) - 1 for _, _, gains, _, _ in offers)
-        # per row, its gain and its share of the step's seconds at every size k: its target forward's (padded to k),
-        # its drafting's; summed per size over the rows in one pass (a loop over sizes x rows cost ~0.5 ms of Python
-        # per step at B = 16 with a 68-node template)
-        tokens, seconds = [], []
+        top = max(controller.room for controller, *_ in offers)
+        fixed, seconds, tokens, lasts = [], [], [], []
         for controller, stream, gains, kind, extra in offers:
-            gains = gains + [gains[-1]] * (largest + 1 - len(gains))  # a row with fewer candidates pads its block to k
-            price = controller.price_list(kind, extra, largest)
+            tokens.append(gains + [gains[-1]] * (largest + 1 - len(gains)))  # fewer candidates: its block is padded
+            whole, part = controller.split_list(kind, extra, largest)
             if controller.draft_cost:
                 share = controller.share(stream)
-                price = [price[0]] + [price[k] + (controller.draft_cost(stream, k) + gains[k] * share)
-                                      for k in range(1, largest + 1)]
-            tokens.append(gains)
-            seconds.append(price)  # (price_list's: sizes 0..largest)
-        rates = list(map(truediv, map(sum, zip(*tokens)), map(sum, zip(*seconds))))
+                part = [part[0]] + [part[k] + (controller.draft_cost(stream, k) + tokens[-1][k] * share)
+                                    for k in range(1, largest + 1)]
+            fixed.append(whole)
+            seconds.append(part)
+            lasts.append(controller.room >= top - LAST_LAG)
+        # per size, summed over the rows in one pass (a loop over sizes x rows cost ~0.5 ms of Python per step at
+        # B = 16 with a 68-node template); the fixed part is the batch's, once (the rows' mean: their contexts differ)
+        n = len(offers)
+        cost = [f / n + s for f, s in zip(map(sum, zip(*fixed)), map(sum, zip(*seconds)))]
+        # what a token of a row saves: its part of an AR step, and if it is among the last its share of the fixed one
+        share = (cost[0] - sum(part[0] for part in seconds)) / sum(lasts)
+        worth = [part[0] + share * is_last for part, is_last in zip(seconds, lasts)]
+        values = map(sum, zip(*[[w * g for g in gains] for w, gains in zip(worth, tokens)]))
+        rates = [value / c for value, c in zip(values, cost)]
+        rates[0] = 1.0  # (an AR step saves what it costs: exactly, not up to rounding)
         return rates.index(max(rates))  # the first of the highest: ties to the smaller size
 
 
@@ -555,6 +589,17 @@ class Controller:
         got = self.prices.get(key)
         if got is None:
             got = self.prices[key] = [self.t(1 + extra + k, kind) for k in range(n + 1)]
+        return got
+
+    def split_list(self, kind: str, extra: int, n: int) -> tuple[list[float], list[float]]:
+        """In a batch: the fixed part and the part per live row of the batched forward for 0..n candidates (and
+        ``extra`` rows) at this step's context (``Batched.split``; cached as ``price_list``)."""
+        key = ("split", kind, extra, n, getattr(self._cost, "version", 0), self.at())
+        got = self.prices.get(key)
+        if got is None:
+            at, split = self.at(), self._cost.split
+            pairs = [split(1 + extra + k, at) for k in range(n + 1)]
+            got = self.prices[key] = ([a for a, _ in pairs], [m for _, m in pairs])
         return got
 
     def nodes_of(self, stream: str) -> Nodes:

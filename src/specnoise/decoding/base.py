@@ -306,7 +306,8 @@ class Decoder:
 
     def start_auto_rows(self, rows: list[Decoder]) -> None:
         """decoder.auto in a batch: each row slot prices its steps at its share of the batched forward, t_B(q) / B
-        (auto.py ``Batched``), with a controller of its own, kept across calls like its drafter (it starts from what
+        (auto.py ``Batched``; the batch's shared size splits t_B into a fixed part and a part per live row with the
+        batch-1 curve), with a controller of its own, kept across calls like its drafter (it starts from what
         this decoder's controller has learnt at batch 1, if anything). Each model's curve of B rows is probed on the
         batched forward once per batch size, untimed, at the batch-1 curve's contexts."""
         n = len(rows)
@@ -321,7 +322,7 @@ class Decoder:
                 curves[role] = self.batch_curves[role, n]
         plan = Plan()  # one size per step for all the rows
         for row in rows:
-            row.curves = {role: Batched(curve, n) for role, curve in curves.items()}
+            row.curves = {role: Batched(curve, n, self.curves.get(role)) for role, curve in curves.items()}
             if row.auto is None:
                 row.auto = Controller(row.curves["target"], backoff=row.drafter.backoff,
                                       **row.drafter.priced_drafting())
