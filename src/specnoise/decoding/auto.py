@@ -135,6 +135,7 @@ def machine_key(engine, context: int) -> dict:
         "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
         "engine": type(engine).__name__, "compiled": bool(getattr(engine, "compiled", False)), "context": context,
         "near_floor": NEAR_FLOOR,  # (curves cached before it was there were probed over an empty cache: probed anew)
+        "order": "zigzag",  # (curves cached before were probed in ascending rounds, t(1) too dear: probed anew)
     }
 
 

@@ -235,6 +235,13 @@ class RowEngine:
     def seconds(self) -> float:
         return self.kv.clock.seconds
 
+    @property
+    def attended(self) -> int:
+        """The longest live row's length: the batch's cache is one rectangle, so every row's forward computes its
+        attention over all of it (the mask hides the slots that are not the row's)."""
+        kv = self.kv
+        return max((kv.lens[r] for r in kv.at if r not in kv.done), default=self.length)
+
     def count(self, tokens, positions=None, tree=None) -> None:
         """A forward of this row's block: counted, and logged as the row's own (pads are not the row's)."""
         self.forwards += 1

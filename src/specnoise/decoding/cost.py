@@ -31,7 +31,12 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
     the CPU work alone, which a machine shared with other jobs does not inflate (on the CPU only).
 
     The block goes after the current cache, topped up with random tokens to ``cache_len`` first when given; the
-    sizes take turns within each round so a machine's drift spreads over all of them. The cache is cropped back
+    sizes take turns within each round so a machine's drift spreads over all of them, ascending in one round and
+    descending in the next, so that each forward follows one of a neighbouring size, as in a decode. In ascending
+    rounds alone the smallest size followed the largest, whose activations had left the CPU's caches cold: q = 1
+    timed 5-9% dearer than probed on its own while q >= 2 did not move (small-code-msn, one thread, 150 cached
+    tokens, 1 and 4 rows), and every t(q) / t(1) of a curve came out that much low, so decoder.auto drafted where
+    it did not pay. The cache is cropped back
     to its length on entry and ``kv.forwards`` restored, so a decoder can probe its own engine between generations.
     ``rows`` > 1: the forward of that many rows verified together (a batch: rows x q tokens after ``cache_len``, by
     default ``kv.length``, cached ones each), on a batched cache of ``kv``'s model (batch.py); ``kv`` is untouched.
@@ -71,7 +76,7 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
     masks = {q: causal_block(q, kv.device) for q in qs}
     times: dict[int, list[float]] = {q: [] for q in qs}
     for r in range(warmup + repeats):
-        for q in qs:
+        for q in (qs if r % 2 == 0 else qs[::-1]):
             sync(kv.device)
             t0 = clock()
             forward(tokens[:q], masks[q])

@@ -226,6 +226,11 @@ class Engine:
         """Time inside this engine's forwards since the last ``reset``."""
         return self.clock.seconds
 
+    @property
+    def attended(self) -> int:
+        """Cached tokens the next forward's block attends to: the engine's own (a batch row's: the batch's)."""
+        return self.length
+
     def reserve(self, n: int) -> None:
         """A generation of up to ``n`` tokens (prompt + new) follows: size a static cache now (no-op here)."""
 
