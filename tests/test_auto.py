@@ -1005,6 +1005,23 @@ def test_auto_in_a_batch_stays_lossless(name, engines, target, draft):
     assert decoder.meta["auto"]["batch"] == 3 and "streams" in decoder.meta["auto"]
 
 
+def test_a_batch_row_prices_its_steps_at_the_batchs_longest_row(target, draft, monkeypatch):
+    """A batch's cache is one rectangle: every row's forward attends over the longest row's slots, so a short row
+    beside a long one is priced at the long one's context (``Engine.attended``), and alone at its own."""
+    seen: dict[int, list[int]] = {}
+    at = Controller.at
+    monkeypatch.setattr(Controller, "at", lambda self: seen.setdefault(id(self), []).append(self.context) or at(self))
+    decoder = build("pld", target, draft)
+    short, long = PROMPTS[0], PROMPTS[1] * 6
+    decoder.generate(short, 8)
+    assert max(seen.pop(id(decoder.auto))) < len(long) - 1  # alone: its own context
+    outs = decoder.generate_batch([short, long], 8)
+    assert [o.tokens for o in outs] == [ar(target, p, 8) for p in (short, long)]
+    row = decoder.row_decoders(2)[0]
+    first, *later = seen[id(row.auto)]  # the first step, the prefill, finds no cache yet: its own prompt
+    assert first == len(short) - 1 and min(c for c in later if c != first) >= len(long) - 1, seen[id(row.auto)]
+
+
 def test_a_real_batch_probes_its_curve_up_to_the_batched_sizes(target, draft, tmp_path):
     """After a batch-1 generation left a long cache on the engine (the benchmark's warm-up does), a batch of 4 probes
     its curve up to 4 x the batch-1 sizes, as far as the context allows (the probe once ran past it: a UserError)."""
