@@ -320,6 +320,18 @@ def test_an_ouroboros_ar_step_is_a_plain_one_token_forward(target, draft):
     assert calls[1:] == [k > 0 for k in sizes[1:]] == [masked for _, masked, _ in out.forward_log[1:]]
 
 
+def test_ouroboros_prices_its_first_draft_token_at_a_whole_lookahead_step(target, draft):
+    """The draft model runs whole lookahead steps: k drafts cost k / (tokens per step) steps of the mean block, but
+    never less than one step, which even a single draft takes."""
+    decoder = build("ouroboros", target, draft, "steep")
+    drafter, step = decoder.drafter, lambda block: decoder.curves["draft"](block, TREE, len(drafter.seq))
+    decoder.generate(PROMPTS[0], NEW_TOKENS)
+    drafter.drafted = [10, 25, 90]  # 2.5 tokens and 9 rows per lookahead step so far
+    assert drafter.draft_cost("ouroboros", 0) == 0.0
+    assert drafter.draft_cost("ouroboros", 1) == drafter.draft_cost("ouroboros", 2) == pytest.approx(step(9))
+    assert drafter.draft_cost("ouroboros", 5) == pytest.approx(2 * step(9))
+
+
 def test_drafters_fed_by_their_explorations_do_not_back_off(target, draft):
     fed = {name for name in DRAFTERS if not decoder_class(name).drafter_class.backoff}
     assert fed == {"tr_jacobi", "token_recycling", "sam"}
