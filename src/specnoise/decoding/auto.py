@@ -436,10 +436,11 @@ class Plan:
         # per size, summed over the rows in one pass (a loop over sizes x rows cost ~0.5 ms of Python per step at
         # B = 16 with a 68-node template); the fixed part is the batch's, once (the rows' mean: their contexts differ)
         n = len(offers)
-        cost = [f / n + s for f, s in zip(map(sum, zip(*fixed)), map(sum, zip(*seconds)))]
+        fixed = [f / n for f in map(sum, zip(*fixed))]
+        cost = [f + s for f, s in zip(fixed, map(sum, zip(*seconds)))]
         # what a token of a row saves: its part of an AR step, and if it is among the last its share of the fixed one
-        share = (cost[0] - sum(part[0] for part in seconds)) / sum(lasts)
-        worth = [part[0] + share * is_last for part, is_last in zip(seconds, lasts)]
+        last_share = fixed[0] / sum(lasts)
+        worth = [part[0] + last_share * is_last for part, is_last in zip(seconds, lasts)]
         values = map(sum, zip(*[[w * g for g in gains] for w, gains in zip(worth, tokens)]))
         rates = [value / c for value, c in zip(values, cost)]
         rates[0] = 1.0  # (an AR step saves what it costs: exactly, not up to rounding)
