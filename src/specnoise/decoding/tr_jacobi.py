@@ -88,8 +88,9 @@ class Tables:
             self.path[:, :rows + 1].clamp_(min=0)
         self.cell = torch.tensor(tree.cell, dtype=torch.long, device=device)
         self.rows = torch.arange(1, rows + 1, device=device)  # + a: where the rows after an accepted depth a sit
-        # decoder.auto's AR step (no node picked): no row after the root to take candidates from, so the next matrix
-        # is empty whatever the target says (faithful: the root's top-k in every row, as MSN's code pads)
+        # no node kept (decoder.auto's AR step, or the budget's last token): no row after the root to take candidates
+        # from, so the next matrix is empty whatever the target says (faithful: the root's top-k in every row, as
+        # MSN's code pads)
         self.blank = not tree.nodes and not faithful
 
     def after(self, step):
