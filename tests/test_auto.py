@@ -877,48 +877,67 @@ def test_a_batchs_curve_is_probed_on_the_batched_forward(target, tmp_path, monke
 
 
 def test_a_batchs_rows_verify_one_size_per_step(monkeypatch):
-    """The batch pays for its largest block, so its rows share one size per step (``Plan``): the one with the most
-    expected tokens per second summed over the rows (each row's share of the padded forward), from what every row
-    offered at the step before; a row with fewer candidates verifies them all. The first step is each row's own.
-    A row whose statistics, candidates and prices did not move since its last ranking offers that ranking again
-    without ranking anew (``Nodes.ranked``)."""
+    """The batch pays for its largest block, so its rows share one size per step (``Plan``), from what every row
+    offered at the step before: the size that saves the batch the most time per second it costs, each row's tokens
+    saving its part of a step and the fixed part saved as far as the last rows (most tokens to come) all gain; a row
+    with fewer candidates verifies them all. The first step is an AR step. A row whose statistics, candidates and
+    prices did not move since its last ranking offers that ranking again without ranking anew (``Nodes.ranked``)."""
     ranked = []
     p = Nodes.p
     monkeypatch.setattr(Nodes, "p", lambda self, *a, **k: ranked.append(self) or p(self, *a, **k))
-    cost = lambda q, kind=CHAIN: 1.0 + 0.08 * q  # noqa: E731
+    cost = lambda q, kind=CHAIN: 1.0 + 0.02 * q  # noqa: E731 - split: a fixed 1.0, 0.02 per token per row
     plan, controllers = Plan(), []
-    for rate in (0.9, 0.5, 0.05):  # a row whose drafts pass 90% of the time, 50%, 5%
+    for rate, room in zip((0.9, 0.5, 0.05), (40, 40, 30)):  # drafts pass 90% of the time, 50%, 5%; the last row ahead
         controller = Controller(Batched(cost, 3), backoff=False)
-        controller.plan = plan
+        controller.plan, controller.room = plan, room
         nodes = controller.streams.setdefault("s", Nodes())
         nodes.trials, nodes.hits = [1000.0] * 12, [1000.0 * rate] * 12
         controllers.append(controller)
     n = [12, 12, 2]  # the third row has only two candidates
     first = [c.size("s", k, CHAIN) for c, k in zip(controllers, n)]
-    assert first[0] > first[1] > first[2] == 0  # alone, each its own
+    assert first == [0, 0, 0]  # nothing offered yet: an AR step
+    alone = []
+    for rate in (0.9, 0.5, 0.05):  # each row's own pick, outside a batch, at its share of the batch's forward
+        row = Controller(lambda q, kind=CHAIN: cost(3 * q) / 3, backoff=False)
+        row.streams["s"] = Nodes()
+        row.streams["s"].trials, row.streams["s"].hits = [1000.0] * 12, [1000.0 * rate] * 12
+        alone.append(row.size("s", 12, CHAIN))
+    assert alone[0] > alone[1] > alone[2] == 0
+    del ranked[3:]  # (the rows alone ranked too)
+
+    def planned(gains, last):  # what a step of size k saves per second: rows' parts, the fixed part by the last rows
+        saved = [sum(0.02 * g[k] for g in gains) + min(gains[r][k] for r in last) for k in range(13)]
+        return max(range(13), key=lambda k: (saved[k] / (1.0 + 3 * 0.02 * (1 + k)), -k))
+
     gains = [[1 + sum(rate ** d for d in range(1, min(k, m) + 1)) for k in range(13)] for rate, m in
              zip((0.9, 0.5, 0.05), n)]
-    best = max(range(13), key=lambda k: (sum(g[k] for g in gains) / (3 * cost(3 * (1 + k)) / 3), -k))
+    best = planned(gains, last=[0, 1])
     second = [c.size("s", k, CHAIN) for c, k in zip(controllers, n)]
-    assert second == [best, best, min(best, 2)] and 0 < best < 12, (first, second, best)
+    assert second == [best, best, min(best, 2)] and 2 < best < alone[0], (first, second, best, alone)
     for c in controllers:  # the statistics are the rows' own: nothing observed moves them here
         c.asked = None
     assert len(ranked) == 3  # the first step's rankings stand for the second's
     assert [c.size("s", k, CHAIN) for c, k in zip(controllers, n)] == second and len(ranked) == 3
     controllers[1].streams["s"].version += 1  # an observation: that row ranks anew, the same statistics the same
     assert [c.size("s", k, CHAIN) for c, k in zip(controllers, n)] == second and len(ranked) == 4
-    # rows without candidates this step (PLD's without a match) pay for the padded block too, and gain one token:
-    # the batch drafts less than the one row with candidates would alone
+    # the last rows' weakest holds the batch back: with the 50% row ahead, the 90% row last alone, the batch drafts more
+    controllers[1].room = 30
+    [c.size("s", k, CHAIN) for c, k in zip(controllers, n)]
+    more = planned(gains, last=[0])
+    assert [c.size("s", k, CHAIN) for c, k in zip(controllers, n)][0] == more > best, (more, best)
+    # rows without candidates this step (PLD's without a match) pay for the padded block too, and gain one token: a
+    # last row among them holds the batch to AR steps
+    controllers[1].room = 40
     n = [12, 0, 0]
     [c.size("s", k, CHAIN) for c, k in zip(controllers, n)]
-    alone = max(range(13), key=lambda k: ((gains[0][k] + 2) / cost(3 * (1 + k)), -k))
-    assert controllers[0].size("s", 12, CHAIN) == alone < first[0], (alone, first)
+    assert controllers[0].size("s", 12, CHAIN) == 0 == planned([gains[0], [1.0] * 13, [1.0] * 13], last=[0, 1])
 
 
 def test_a_batch_drafts_for_the_rows_it_waits_for():
     """A lock-step batch ends with its last row, and its forward costs a fixed part plus a part per live row
-    (``Batched.split``): drafting pays where it speeds up the rows with the most tokens still to come. Rows ahead that
-    would gain do not buy drafts while the last one would not; the same rows with the last one gaining do. A row
+    (``Batched.split``): drafting pays where it speeds up the rows with the most tokens still to come, all of them.
+    Rows ahead that would gain do not buy drafts while the last one would not, nor do rows level with one that would
+    not; the same rows with the last one gaining do. A row
     left alone in the batch is priced as at batch 1: it picks what it would alone, more than a share of the whole
     batch's forward would buy."""
     cost = lambda q, kind=CHAIN: 1.0 + 0.1 * q  # noqa: E731 - a fixed cost plus a per-token one
@@ -932,7 +951,7 @@ def test_a_batch_drafts_for_the_rows_it_waits_for():
             nodes = row.streams.setdefault("s", Nodes())
             nodes.trials, nodes.hits = [1000.0] * 8, [1000.0 * rate] * 8
             rows.append(row)
-        for _ in range(steps):  # the first step is each row's own pick, the second the plan's
+        for _ in range(steps):  # the first step is an AR step, the second the plan's
             picks = [row.size("s", 8, CHAIN) for row in rows]
             for row in rows:
                 row.asked = None  # (nothing verified: the statistics stay)
@@ -940,7 +959,9 @@ def test_a_batch_drafts_for_the_rows_it_waits_for():
 
     ahead = sizes([0.9, 0.9, 0.9, 0.05], [30, 30, 30, 40])  # the last row's drafts fail
     assert ahead == [0, 0, 0, 0], ahead
-    level = sizes([0.9, 0.9, 0.9, 0.05], [40, 40, 40, 40])  # all four last: the three rows' gains carry the batch
+    level = sizes([0.9, 0.9, 0.9, 0.05], [40, 40, 40, 40])  # all four last: the batch waits for the one that fails
+    assert level == [0, 0, 0, 0], level
+    level = sizes([0.9, 0.9, 0.9, 0.9], [40, 40, 40, 40])  # all four last, all gaining
     assert level[0] > 0 and len(set(level)) == 1, level
     behind = sizes([0.9, 0.9, 0.9, 0.05], [40, 30, 30, 30])  # the last row's drafts pass
     assert behind[0] > 0 and len(set(behind)) == 1, behind
@@ -948,7 +969,7 @@ def test_a_batch_drafts_for_the_rows_it_waits_for():
     alone.streams["s"] = Nodes()
     alone.streams["s"].trials, alone.streams["s"].hits = [1000.0] * 8, [500.0] * 8
     tail = sizes([0.5], [40])
-    assert tail == [alone.size("s", 8, CHAIN)] and tail[0] > sizes([0.5], [40], steps=1)[0], tail
+    assert tail == [alone.size("s", 8, CHAIN)] and tail[0] > 0 == sizes([0.5], [40], steps=1)[0], tail
 
 
 def test_a_batchs_rows_skip_their_lookup_while_the_batch_takes_ar_steps():
@@ -977,12 +998,32 @@ def test_a_batchs_rows_skip_their_lookup_while_the_batch_takes_ar_steps():
 
 
 def test_a_batchs_exploration_pays_when_the_batch_gains():
-    """The batch explores on one schedule (``Plan``), so an AR step turned into a draft paid if the rows' tokens per
-    second beat their AR steps' together, not if one row gained: (tokens, seconds priced, an AR step's seconds)."""
-    one_gained = [(True, 3.0, 1.0, 0.5), (False, 1.0, 1.0, 0.5), (False, 1.0, 1.0, 0.5)]
-    assert not Plan.worth(one_gained)  # 5 tokens in 3 s against 3 in 1.5 s
-    assert Plan.worth([(True, 3.0, 1.0, 0.5), (True, 2.5, 1.0, 0.5), (False, 1.0, 1.0, 0.5)])  # 6.5 in 3 s
-    assert Plan.worth([(True, 0.0, 0.0, 0.0)] * 3) and not Plan.worth([(False, 0.0, 0.0, 0.0)] * 3)  # sizes > 0, none
+    """The batch explores on one schedule (``Plan``), so an AR step turned into a draft paid if the batch saved more
+    time than the step cost, priced as ``Plan.best`` prices a size: not if one row gained, nor if rows ahead of or
+    level with a last row that did not gain gained what their shares of the padded forward cost (a row that
+    reported nothing emitted one token)."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.1 * q  # noqa: E731 - split: 1.0 fixed, 0.1 per token per row
+
+    def worth(rooms, tokens, size=4):
+        plan, rows = Plan(), []
+        for room in rooms:
+            row = Controller(Batched(cost, len(rooms)))
+            row.plan, row.room = plan, room
+            plan.pick(row, "s", [1.0] * (size + 1), CHAIN, 0)  # the rows offered at the exploring step
+            rows.append(row)
+        paid = [(id(row), False, t, size if t else 0) for row, t in zip(rows, tokens)]
+        return plan.worth("s", paid)
+
+    # a step of 5 tokens per row costs 1 + 4 x 0.5 = 3.0 against an AR step's 1 + 4 x 0.1 = 1.4; a row's token saves
+    # 0.1, and the fixed 1.0 is saved per token that every last row gained
+    assert worth([40, 40, 40, 40], [3, 3, 3, 3])  # 1.2 + 3.0 = 4.2 saved in 3.0
+    assert not worth([40, 40, 40, 40], [3, 1, 1, 1])  # 0.6 + 1.0 = 1.6 in 3.0
+    assert not worth([40, 40, 40, 40], [5, 5, 5, 1])  # 1.6 + 1.0: the rows level with the one that did not gain
+    assert not worth([30, 30, 30, 40], [5, 5, 5, 1])  # the same with the rows ahead
+    assert worth([30, 30, 30, 40], [2, 2, 2, 3])  # the last row gained: 0.9 + 3.0 = 3.9 in 3.0
+    assert worth([40, 40, 40, 30], [3, 3, 3, 0])  # a row ahead drafted nothing: its one token counts, 1.0 + 3.0
+    plan, row = Plan(), Controller(Batched(cost, 2))  # sizes > 0, all rows alike: whether any row paid
+    assert plan.worth("s", [(id(row), True, 0.0, 0)]) and not plan.worth("s", [(id(row), False, 0.0, 0)])
 
 
 def test_auto_is_accepted_at_batch_size_above_one():

@@ -377,7 +377,7 @@ class Plan:
         schedule = self.schedules[stream]
         paid = self.paid.pop(stream, None)
         if paid:
-            schedule.result(self.worth(paid))
+            schedule.result(self.worth(stream, paid))
         self.exploring[stream] = schedule.due()
         offers = self.offers.get(stream)
         if offers:
@@ -387,48 +387,68 @@ class Plan:
         entered.add(id(controller))
         return self.exploring[stream]
 
-    def result(self, stream: str, paid: bool, tokens: float = 0.0, seconds: float = 0.0, ar: float = 0.0) -> None:
-        """What a row's exploration was worth (applied once, at the next step): ``paid``, and for an AR step turned
-        into a draft the tokens it emitted, the seconds it was priced at and an AR step's."""
-        self.paid.setdefault(stream, []).append((paid, tokens, seconds, ar))
+    def result(self, stream: str, controller: Controller, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
+        """What a row's exploration was worth (applied once, at the next step): ``paid`` by the row's own pricing, and
+        for an AR step turned into a draft the tokens it emitted and the candidates it verified."""
+        self.paid.setdefault(stream, []).append((id(controller), paid, tokens, size))
 
-    @staticmethod
-    def worth(paid: list[tuple]) -> bool:
-        """Whether the batch's exploration paid: where rows turned an AR step into a draft, the tokens they emitted per
-        second against their AR steps' (one row that gained pays little beside B - 1 that did not, and counted as paid
-        it kept the whole batch's padded explorations coming every ``EXPLORE`` steps); else whether it paid for any
-        row (a non-empty size: all rows alike)."""
-        drafts = [(t, s, a) for _, t, s, a in paid if s]
-        if not drafts:
-            return any(p for p, *_ in paid)
-        return sum(t for t, _, _ in drafts) / sum(s for _, s, _ in drafts) > len(drafts) / sum(a for *_, a in drafts)
+    def worth(self, stream: str, paid: list[tuple]) -> bool:
+        """Whether the batch's last step, an exploration, paid. Where rows turned an AR step into a draft: whether the
+        batch saved more time than the step cost, priced as ``best`` prices a size (the rows that offered at the step,
+        the tokens each emitted; a row that reported none emitted one). Judged by the rows' shares of the padded
+        forward, t_B(q) / B, an exploration of PLD at B = 16 on HumanEval paid at every ``EXPLORE``-th step (its rows
+        ahead gained tokens) while ``best`` never bought that size, each costing 1.5 AR steps. Else (a non-empty
+        size, all rows alike) whether it paid for any row."""
+        drafts = {row: (tokens, size) for row, _, tokens, size in paid if size}
+        offers = self.offers.get(stream)
+        if not drafts or not offers:
+            return any(p for _, p, *_ in paid)
+        largest = max(size for _, size in drafts.values())
+        tokens = [[1.0] * largest + [drafts.get(row, (1.0, 0))[0]] for row in offers]
+        return self.rates(offers.values(), tokens, largest)[largest] > 1.0
 
-    def pick(self, controller: Controller, stream: str, gains: list[float], kind: str, extra: int) -> int | None:
+    def pick(self, controller: Controller, stream: str, gains: list[float], kind: str, extra: int) -> int:
         """Record ``controller``'s offer (``gains[k]``: expected tokens verifying its first k candidates, priced by its
-        own ``spend``) and return this step's size for ``stream`` (None: each row picks alone)."""
+        own ``spend``) and return this step's size for ``stream``: 0 (an AR step) on the batch's first step, before
+        any row offered. Each row's own pick there, priced by its share of the padded forward, made PLD's rows at
+        B = 16 verify 7-token blocks at the first step, 2.9x an AR step."""
         self.offers.setdefault(stream, {})[id(controller)] = (controller, stream, gains, kind, extra)
-        return self.sizes.get(stream)
+        return self.sizes.get(stream, 0)
 
-    @staticmethod
-    def best(offers) -> int:
-        """The size that saves the batch the most time per second it costs (ties: the smaller). A lock-step batch runs
-        until its last row is done, and a step costs a fixed part and a part per live row (``Batched.split``). A token
-        a row gains saves the batch that row's part of a later step, and the fixed part too if the row is among the
-        last to finish (``LAST_LAG``: most tokens still to come, ``Controller.room``); a step of size k costs the fixed
-        part, each row's part of the padded block and its drafting. Priced as a sum of row shares, t_B(q) / B each,
-        drafting bought tokens for rows that finished early and then left one or two rows decoding alone: TR-Jacobi
-        with auto at B = 16 ran as many batched steps as AR on HumanEval (63 against 64), their forwards 5-9% dearer.
-        The same sum priced a tail of two live rows at 2 / 16 of a 16-row forward, where drafting pays as at batch 1."""
+    @classmethod
+    def best(cls, offers) -> int:
+        """The size that saves the batch the most time per second it costs (ties: the smaller), of sizes 0 up to the
+        most candidates a row offered (a row with fewer: its block is padded, its tokens stay)."""
         offers = list(offers)
         largest = max(len(gains) - 1 for _, _, gains, _, _ in offers)
+        tokens = [gains + [gains[-1]] * (largest + 1 - len(gains)) for _, _, gains, _, _ in offers]
+        rates = cls.rates(offers, tokens, largest)
+        return rates.index(max(rates))  # the first of the highest: ties to the smaller size
+
+    @staticmethod
+    def rates(offers, tokens: list[list[float]], largest: int) -> list[float]:
+        """Per size k = 0..largest, the time the batch saves per second a step of size k costs, ``tokens[r][k]`` the
+        tokens row r emits at it (1.0 at k = 0: an AR step saves what it costs, exactly). A lock-step batch runs until
+        its last row is done, and a step costs a fixed part and a part per live row (``Batched.split``). A token a row
+        gains saves the batch that row's part of a later step; the fixed part is saved per token that every one of
+        the last rows to finish gains (``LAST_LAG``: most tokens still to come, ``Controller.room``), the least of
+        their gains, as the batch's steps are its slowest last row's. A step of size k costs the fixed part, each
+        row's part of the padded block and its drafting.
+        Priced as a sum of row shares, t_B(q) / B each, drafting bought tokens for rows that finished early and then
+        left one or two rows decoding alone: TR-Jacobi with auto at B = 16 ran as many batched steps as AR on
+        HumanEval (63 against 64), their forwards 5-9% dearer; the same sum priced a tail of two live rows at 2 / 16
+        of a 16-row forward, where drafting pays as at batch 1. With the fixed part shared among the last rows (their
+        mean gain), the 16 rows of a batch's first steps, all last, bought 5-8-token blocks (2.4-3.2x an AR step) for
+        PLD on HumanEval and the batch still ran as many steps as AR: 0.92x batched AR, against 0.97x with the least
+        gain (scratch A/B, 16 prompts, 64 tokens, 3 rounds)."""
+        offers = list(offers)
         top = max(controller.room for controller, *_ in offers)
-        fixed, seconds, tokens, lasts = [], [], [], []
-        for controller, stream, gains, kind, extra in offers:
-            tokens.append(gains + [gains[-1]] * (largest + 1 - len(gains)))  # fewer candidates: its block is padded
+        fixed, seconds, lasts = [], [], []
+        for (controller, stream, _, kind, extra), got in zip(offers, tokens):
             whole, part = controller.split_list(kind, extra, largest)
             if controller.draft_cost:
                 share = controller.share(stream)
-                part = [part[0]] + [part[k] + (controller.draft_cost(stream, k) + tokens[-1][k] * share)
+                part = [part[0]] + [part[k] + (controller.draft_cost(stream, k) + got[k] * share)
                                     for k in range(1, largest + 1)]
             fixed.append(whole)
             seconds.append(part)
@@ -438,13 +458,12 @@ class Plan:
         n = len(offers)
         fixed = [f / n for f in map(sum, zip(*fixed))]
         cost = [f + s for f, s in zip(fixed, map(sum, zip(*seconds)))]
-        # what a token of a row saves: its part of an AR step, and if it is among the last its share of the fixed one
-        last_share = fixed[0] / sum(lasts)
-        worth = [part[0] + last_share * is_last for part, is_last in zip(seconds, lasts)]
-        values = map(sum, zip(*[[w * g for g in gains] for w, gains in zip(worth, tokens)]))
-        rates = [value / c for value, c in zip(values, cost)]
+        # what a token of a row saves: its part of an AR step; the fixed part is saved as far as the last rows all gain
+        own = map(sum, zip(*[[part[0] * g for g in got] for part, got in zip(seconds, tokens)]))
+        least = map(min, zip(*[got for got, is_last in zip(tokens, lasts) if is_last]))
+        rates = [(value + fixed[0] * gain) / c for value, gain, c in zip(own, least, cost)]
         rates[0] = 1.0  # (an AR step saves what it costs: exactly, not up to rounding)
-        return rates.index(max(rates))  # the first of the highest: ties to the smaller size
+        return rates
 
 
 # ---------------------------------------------------------------------------------------------- the controller
@@ -756,16 +775,13 @@ class Controller:
         ``expected``'s for every prefix of ``order``), and take the most of them up to the batch's size for this step
         (``best``, this row's own pick, before the first)."""
         if isinstance(sizes, range):  # a template's: every size from 0 to all of ``order``
-            size = self.plan.pick(self, stream, gains, kind, extra)
-            return best if size is None else min(size, len(order))
+            return min(self.plan.pick(self, stream, gains, kind, extra), len(order))
         allowed, gain, offered = set(sizes), 1.0, []
         for k, run in enumerate(gains):
             if k in allowed:
                 gain = run
             offered.append(gain)
         size = self.plan.pick(self, stream, offered, kind, extra)
-        if size is None:
-            return best
         return max((k for k in sizes if k <= size), default=0)
 
     def idle(self, stream: str, parents: list[int] | None, kind: str = TREE, extra: int = 0) -> bool:
@@ -808,13 +824,13 @@ class Controller:
         self.picked(nodes, parents, [], stream)
         return True
 
-    def result(self, nodes: Nodes, stream: str, paid: bool, tokens: float = 0.0, seconds: float = 0.0,
-               ar: float = 0.0) -> None:
-        """What this step's exploration was worth, to the schedule it came from: the stream's own, or the batch's."""
+    def result(self, nodes: Nodes, stream: str, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
+        """What this step's exploration was worth, to the schedule it came from: the stream's own, or the batch's
+        (``tokens`` emitted by an AR step turned into a draft of ``size`` candidates: ``Plan.worth``)."""
         if self.plan is None:
             nodes.explore.result(paid)
         else:
-            self.plan.result(stream, paid, tokens, seconds, ar)
+            self.plan.result(stream, self, paid, tokens, size)
 
     def picked(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
         """Record this step's pick (for ``observe`` and ``describe``) and return it."""
@@ -857,11 +873,11 @@ class Controller:
             return
         nodes, parents, keep, stream = self.asked
         self.asked = None
-        if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
-            ar = self.t(1, CHAIN)
-            self.result(nodes, stream, (1 + v.accepted) / self.probe > 1 / ar, 1 + v.accepted, self.probe, ar)
-            self.probe = None
         proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
+        if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
+            paid = (1 + v.accepted) / self.probe > 1 / self.t(1, CHAIN)
+            self.result(nodes, stream, paid, 1 + v.accepted, len(proposed))
+            self.probe = None
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
 
     def describe(self) -> dict:
