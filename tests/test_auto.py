@@ -1088,3 +1088,63 @@ def test_a_real_batch_probes_its_curve_up_to_the_batched_sizes(target, draft, tm
     curve, ml = decoder.curves["target"], decoder.target.max_length
     assert max(curve.times[CHAIN]) == min(4 * min(128, ml // 2), ml - curve.key["context"] - 1)  # 4 rows' sizes
     assert decoder.meta["auto"]["batch"] == 4 and decoder.meta["auto"]["cache_file"].startswith(str(tmp_path))
+
+
+def test_a_batch_reaching_past_the_curves_context_probes_one_of_its_own(target, draft, tmp_path, monkeypatch):
+    """A batch's curve is probed at the batch-1 curve's context, and again over a longer one (rounded up to a multiple
+    of ``BATCH_REACH``) for a batch whose longest prompt plus budget reaches past it, not extended by a line beyond:
+    batches alike share one probe, and a batch within the context keeps the first."""
+    from specnoise.decoding import base
+
+    monkeypatch.setattr(base, "LONG_CONTEXT", 32)
+    monkeypatch.setattr(base, "BATCH_REACH", 16)
+    decoder = build_decoder(schema("pld", auto=True, cost_cache=str(tmp_path)), target, draft)
+    short = [PROMPTS[0][:10], PROMPTS[1][:12]]
+    decoder.generate_batch(short, 6)
+    context = decoder.curves["target"].key["context"]
+    assert context == 32 and list(decoder.batch_curves) == [("target", 2, 32)]
+    long = [PROMPTS[0][:10], (PROMPTS[1] * 8)[:40]]  # reaches 40 + 6 = 46 tokens: probed over 48
+    outs = decoder.generate_batch(long, 6)
+    assert [o.tokens for o in outs] == [ar(target, p, 6) for p in long]
+    assert list(decoder.batch_curves) == [("target", 2, 32), ("target", 2, 48)]
+    assert decoder.row_decoders(2)[0].auto.cost.curve is decoder.batch_curves["target", 2, 48]
+    decoder.generate_batch([PROMPTS[2][:10], (PROMPTS[0] * 8)[:38]], 6)  # alike: the same probe
+    decoder.generate_batch(short, 6)  # within the first context: the first curve
+    assert len(decoder.batch_curves) == 2
+    assert decoder.row_decoders(2)[0].auto.cost.curve is decoder.batch_curves["target", 2, 32]
+
+
+def test_a_batch_prices_its_sizes_again_only_when_an_offer_moved(monkeypatch):
+    """``Plan.best`` keeps the last step's size while every row offers the same ranking at the same prices from the
+    same place (last or not); an offer that moved is priced anew, and gives what pricing from scratch gives."""
+    priced = []
+    rates = Plan.rates
+    monkeypatch.setattr(Plan, "rates", staticmethod(lambda *a: priced.append(1) or rates(*a)))
+    cost = lambda q, kind=CHAIN: 1.0 + 0.02 * q  # noqa: E731
+    plan, rows = Plan(), []
+    for rate in (0.9, 0.8):
+        row = Controller(Batched(cost, 2), backoff=False)
+        row.plan, row.room = plan, 40
+        row.streams["s"] = Nodes()
+        row.streams["s"].trials, row.streams["s"].hits = [1000.0] * 8, [1000.0 * rate] * 8
+        rows.append(row)
+
+    def step():
+        sizes = [row.select("s", chain_parents(8)) for row in rows]
+        for row in rows:
+            row.asked = None  # (nothing verified: the statistics stay)
+        return [len(s) for s in sizes]
+
+    first, second = step(), step()
+    assert first == [0, 0] and second[0] > 0 and len(priced) == 1
+    assert step() == second and step() == second and len(priced) == 1  # the same offers: not priced again
+    rows[1].streams["s"].hits = [100.0] * 8  # the second row's drafts now fail: it ranks anew, the batch prices anew
+    rows[1].streams["s"].version += 1
+    step()
+    moved = step()
+    assert moved[0] < second[0] and len(priced) == 2
+    fresh = Plan()
+    for row in rows:
+        row.plan = fresh
+    step()
+    assert step() == moved  # from scratch: the same
