@@ -188,7 +188,10 @@ def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
     controller.begin()
     explored = run(4 * EXPLORE, accepted=auto.PROBE)  # 5 tokens for 2.5 steps' price: each exploration pays
     assert explored == [EXPLORE, 2 * EXPLORE, 3 * EXPLORE, 4 * EXPLORE], explored
-    controller.backoff = False  # a drafter that explorations feed (Drafter.backoff): every EXPLORE-th step
+    # a drafter that explorations feed (Drafter.backoff): every EXPLORE-th step, while an exploration costs at most
+    # auto.DEAR AR steps (dearer ones back off: test_an_exploration_dearer_than_two_ar_steps_backs_off_...)
+    controller.backoff = False
+    controller.cost = lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1)  # PROBE = 4 drafts cost 1.8 AR steps
     assert run(8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]
 
 
@@ -1148,3 +1151,28 @@ def test_a_batch_prices_its_sizes_again_only_when_an_offer_moved(monkeypatch):
         row.plan = fresh
     step()
     assert step() == moved  # from scratch: the same
+
+
+def test_an_exploration_dearer_than_two_ar_steps_backs_off_whatever_the_drafter():
+    """A drafter that does not back off (``Drafter.backoff`` False: TR-Jacobi, whose explorations feed its next
+    candidates) explores every ``EXPLORE``-th step while an exploration is cheap, and backs off like any other where
+    one costs more than ``DEAR`` AR steps and does not pay (a 16-row batch's padded block on the CPU)."""
+    def explorations(cost, steps=200):
+        plan, rows = Plan(), [Controller(Batched(cost, 2), backoff=False) for _ in range(2)]
+        for row in rows:
+            row.plan, row.room = plan, 1000
+            row.streams["s"] = Nodes()
+            row.streams["s"].trials, row.streams["s"].hits = [1000.0] * 8, [0.0] * 8  # drafts never pass
+        drafted = []
+        for step in range(steps):
+            sizes = [row.size("s", 8, CHAIN) for row in rows]
+            if sizes[0]:
+                drafted.append(step)
+            for row, k in zip(rows, sizes):
+                row.observe(SimpleNamespace(accepted=0, shape=SimpleNamespace(nodes=k), path=[0]))
+        return drafted
+
+    cheap = explorations(lambda q, kind=CHAIN: 1.0 + 0.1 * q)  # 5 tokens a row: 1.36 AR steps
+    assert len(cheap) >= 200 // EXPLORE - 1 and max(b - a for a, b in zip(cheap, cheap[1:])) == EXPLORE, cheap
+    dear = explorations(lambda q, kind=CHAIN: 1.0 * q)  # 5 tokens a row: 5 AR steps
+    assert 1 <= len(dear) <= 4 and dear[1] - dear[0] == 2 * EXPLORE, dear

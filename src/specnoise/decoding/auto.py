@@ -49,9 +49,11 @@ lookup) asks first whether the step could draft at all (``Controller.idle``) and
 A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
 forward, t_B(q) / B, from a curve of its own probed on that forward: B rows of q tokens, each row over its own cache,
-with the batch's 4D mask (``Curve`` with ``rows``). One forward of B x q tokens is no stand-in for it: on the 2-core
-CPU a batch of 4 rows of 8 tokens costs 1.6x a 32-token forward (16 rows of 4: 2.2x a 64-token one), and priced that
-way PLD with auto at B = 4 verified 9-10 drafts per row, as many as its faithful setting. An AR step is cheaper per
+with the batch's 4D mask (``Curve`` with ``rows``), over the batch-1 curve's contexts or, for a batch whose longest
+prompt plus budget reaches past them, a longer one (``Decoder.start_auto_rows``). One forward of B x q tokens is no
+stand-in for it: on the 2-core CPU a batch of 4 rows of 8 tokens costs 1.6x a 32-token forward (16 rows of 4: 2.2x a
+64-token one), and priced that way PLD with auto at B = 4 verified 9-10 drafts per row, as many as its faithful
+setting. An AR step is cheaper per
 row in a batch (t_B(1) / B), so drafting must beat batched AR, not AR at batch 1. The batch pays for its largest
 block, so its rows verify one size per step and explore at the same steps (``Plan``): the size that saves the batch
 the most time per second it costs, where a step costs a fixed part and a part per live row (``Batched.split``) and the
@@ -104,6 +106,7 @@ CONTEXT_STEP = 32
 FORGET = 0.98  # weight of the past per observation of a rank
 EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
 EXPLORE_MAX = 128  # ... every EXPLORE_MAX-th at the least often, while the best cut stays empty (backing off)
+DEAR = 2.0  # an exploration dearer than this many AR steps backs off, whatever the drafter (``Controller.choose``)
 REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP
 # on an engine that records each step shape as a CUDA graph: how much better (in expected tokens per second) a new
 # template pick must be than the last one to replace it. Without it TR-Jacobi made 41 distinct picks over 8
@@ -744,7 +747,11 @@ class Controller:
         if explore:  # look past the best cut now and then
             sizes = list(sizes)
             probe = sizes[min(sizes.index(best) + PROBE, len(sizes) - 1)] if best in sizes else best
-            if best or not self.backoff:  # drafting pays here: looking a little further is cheap
+            # a drafter that does not back off (its explorations feed its next candidates) does where an exploration
+            # costs more than ``DEAR`` AR steps: at B = 16 on the CPU TR-Jacobi's 5-token blocks cost 2.8 AR steps, and
+            # its two explorations per 64-token batch cost ~4% of the batch without a step drafted after them
+            dear = probe and self.spend(stream, probe, kind, extra, 0.0) > DEAR * self.t(1 + extra, kind)
+            if best or not (self.backoff or dear):  # drafting pays here: looking a little further is cheap
                 self.result(nodes, stream, paid=True)
             elif probe and self.behind(stream) > self.spend(stream, probe, kind, extra, 0.0):
                 # a draft model far behind the text (a long prompt): an exploration would pay its catch-up, more than
