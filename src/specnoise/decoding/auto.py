@@ -43,8 +43,10 @@ whole text, does not restart: its explorations come every ``gap`` steps of the r
 whose next candidates are made from what the target predicts at the verified nodes (TR-Jacobi's candidate matrix,
 Token Recycling's adjacency matrix, SAM's fallback) do not back off
 (``Drafter.backoff``): an exploration feeds them candidates, a value that its own accepted tokens do not show, and
-backing off cost them forwards in the miniature. A drafter whose candidates cost host work to find (REST's corpus
-lookup) asks first whether the step could draft at all (``Controller.idle``) and skips the work where it could not.
+backing off cost them forwards in the miniature; except where an exploration costs more than ``DEAR`` AR steps (a
+16-row batch's padded block on the CPU), which no fed candidate pays back. A drafter whose candidates cost host work
+to find (REST's corpus lookup) asks first whether the step could draft at all (``Controller.idle``) and skips the work
+where it could not.
 
 A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
