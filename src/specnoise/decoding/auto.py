@@ -357,7 +357,7 @@ class Plan:
     step's size is the one that saves the batch the most time per second it costs (``best``: the batch ends with its
     last row) over the rows that offered at the step before (one step late: a row proposes before its neighbours
     have ranked), and each row verifies the most of its
-    candidates it may up to it. The first step of a batch, with nothing offered yet, is each row's own pick. The
+    candidates it may up to it. The first step of a batch, with nothing offered yet, is an AR step (``pick``). The
     batch explores at the steps its schedule says (``Backoff``, counted once per step, starting where the first row's
     stood; what an exploration was worth to the whole batch: ``worth``)."""
 
@@ -411,7 +411,8 @@ class Plan:
             return any(p for _, p, *_ in paid)
         largest = max(size for _, size in drafts.values())
         tokens = [[1.0] * largest + [drafts.get(row, (1.0, 0))[0]] for row in offers]
-        return self.rates(offers.values(), tokens, largest)[largest] > 1.0
+        offers = list(offers.values())
+        return self.rates(offers, tokens, largest, *self.terms(offers, largest))[largest] > 1.0
 
     def pick(self, controller: Controller, stream: str, gains: list[float], kind: str, extra: int) -> int:
         """Record ``controller``'s offer (``gains[k]``: expected tokens verifying its first k candidates, priced by its
@@ -430,29 +431,36 @@ class Plan:
         # ``split_list`` keeps its prices per context step) from the same last rows, without a draft model (whose
         # catch-up is priced per token to come): the same size, without pricing every size again. At B = 16 with a
         # 68-node template the pricing cost 0.32 ms of Python per step, at steps that were nearly all AR steps
-        top = max(controller.room for controller, *_ in offers)
-        signature = [(gains, controller.split_list(kind, extra, largest), controller.room >= top - LAST_LAG)
-                     for controller, _, gains, kind, extra in offers]
+        splits, lasts = self.terms(offers, largest)
+        signature = list(zip((gains for _, _, gains, _, _ in offers), splits, lasts))
         stream = offers[0][1]
         last = self.memo.get(stream)
         if (last is not None and len(last[0]) == len(signature) and not any(c.draft_cost for c, *_ in offers)
                 and all(a is x and b is y and c == z for (a, b, c), (x, y, z) in zip(last[0], signature))):
             return last[1]
         tokens = [gains + [gains[-1]] * (largest + 1 - len(gains)) for _, _, gains, _, _ in offers]
-        rates = self.rates(offers, tokens, largest)
+        rates = self.rates(offers, tokens, largest, splits, lasts)
         size = rates.index(max(rates))  # the first of the highest: ties to the smaller size
         self.memo[stream] = (signature, size)
         return size
 
     @staticmethod
-    def rates(offers, tokens: list[list[float]], largest: int) -> list[float]:
+    def terms(offers: list, largest: int) -> tuple[list[tuple[list[float], list[float]]], list[bool]]:
+        """Per row that offered: its forward's fixed part and part per live row for sizes 0..largest
+        (``Controller.split_list``), and whether it is among the last to finish (``LAST_LAG``)."""
+        top = max(controller.room for controller, *_ in offers)
+        return ([controller.split_list(kind, extra, largest) for controller, _, _, kind, extra in offers],
+                [controller.room >= top - LAST_LAG for controller, *_ in offers])
+
+    @staticmethod
+    def rates(offers: list, tokens: list[list[float]], largest: int, splits: list, lasts: list[bool]) -> list[float]:
         """Per size k = 0..largest, the time the batch saves per second a step of size k costs, ``tokens[r][k]`` the
-        tokens row r emits at it (1.0 at k = 0: an AR step saves what it costs, exactly). A lock-step batch runs until
-        its last row is done, and a step costs a fixed part and a part per live row (``Batched.split``). A token a row
-        gains saves the batch that row's part of a later step; the fixed part is saved per token that every one of
-        the last rows to finish gains (``LAST_LAG``: most tokens still to come, ``Controller.room``), the least of
-        their gains, as the batch's steps are its slowest last row's. A step of size k costs the fixed part, each
-        row's part of the padded block and its drafting.
+        tokens row r emits at it (1.0 at k = 0: an AR step saves what it costs, exactly; ``splits`` and ``lasts``:
+        ``terms``). A lock-step batch runs until its last row is done, and a step costs a fixed part and a part per live
+        row (``Batched.split``). A token a row gains saves the batch that row's part of a later step; the fixed part is
+        saved per token that every one of the last rows to finish gains (``LAST_LAG``: most tokens still to come,
+        ``Controller.room``), the least of their gains, as the batch's steps are its slowest last row's. A step of size
+        k costs the fixed part, each row's part of the padded block and its drafting.
         Priced as a sum of row shares, t_B(q) / B each, drafting bought tokens for rows that finished early and then
         left one or two rows decoding alone: TR-Jacobi with auto at B = 16 ran as many batched steps as AR on
         HumanEval (63 against 64), their forwards 5-9% dearer; the same sum priced a tail of two live rows at 2 / 16
@@ -460,18 +468,14 @@ class Plan:
         mean gain), the 16 rows of a batch's first steps, all last, bought 5-8-token blocks (2.4-3.2x an AR step) for
         PLD on HumanEval and the batch still ran as many steps as AR: 0.92x batched AR, against 0.97x with the least
         gain (scratch A/B, 16 prompts, 64 tokens, 3 rounds)."""
-        offers = list(offers)
-        top = max(controller.room for controller, *_ in offers)
-        fixed, seconds, lasts = [], [], []
-        for (controller, stream, _, kind, extra), got in zip(offers, tokens):
-            whole, part = controller.split_list(kind, extra, largest)
+        fixed, seconds = [], []
+        for (controller, stream, *_), got, (whole, part) in zip(offers, tokens, splits):
             if controller.draft_cost:
                 share = controller.share(stream)
                 part = [part[0]] + [part[k] + (controller.draft_cost(stream, k) + got[k] * share)
                                     for k in range(1, largest + 1)]
             fixed.append(whole)
             seconds.append(part)
-            lasts.append(controller.room >= top - LAST_LAG)
         # per size, summed over the rows in one pass (a loop over sizes x rows cost ~0.5 ms of Python per step at
         # B = 16 with a 68-node template); the fixed part is the batch's, once (the rows' mean: their contexts differ)
         n = len(offers)
@@ -715,7 +719,7 @@ class Controller:
             # the CPU the rows mostly take AR steps, and ranking a 68-node template anyway cost ~70 us per row-step)
             _, order, sizes, gains = nodes.ranked  # (no prices in them: the batch's size is priced by ``Plan``)
             self.probe = None
-            size = self.planned(stream, order, sizes, kind, extra, 0, gains)
+            size = self.planned(stream, order, sizes, kind, extra, gains)
             return self.picked(nodes, parents, sorted(order[:size]), stream)
         if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < nodes.rerank
                 and (allow is None or all(allow[i] for i in nodes.last))):
@@ -733,13 +737,15 @@ class Controller:
             sizes = range(len(order) + 1)
         else:
             order, sizes = list(range(len(p))), [c for c in cuts if c <= len(p)]
-        best, best_rate = self.best(stream, p, order, sizes, kind, extra)
-        if self.plan is not None:
+        if self.plan is None:
+            best, best_rate = self.best(stream, p, order, sizes, kind, extra)
+        else:  # in a batch the size is the plan's, priced for the whole batch (``Plan.best``)
             gains = expected(p, order)
             nodes.ranked = (still, order, sizes, gains) if not (explore or allow) else None
-            best = self.planned(stream, order, sizes, kind, extra, best, gains)
+            best, best_rate = self.planned(stream, order, sizes, kind, extra, gains), None
         chosen = order[:best]
-        if self.sticky and cuts is None and nodes.last and all(p[i] >= 0 for i in nodes.last):
+        if (self.sticky and best_rate is not None and cuts is None and nodes.last
+                and all(p[i] >= 0 for i in nodes.last)):
             # a template pick on a graph engine: the last pick stays unless the best beats it by ``sticky``: a new pick
             # costs its tables and a recorded verify graph, which a pick that changes every step never earns back
             gain = 1.0 + sum(max(p[i], 0.0) for i in nodes.last)
@@ -752,10 +758,11 @@ class Controller:
             # a drafter that does not back off (its explorations feed its next candidates) does where an exploration
             # costs more than ``DEAR`` AR steps: at B = 16 on the CPU TR-Jacobi's 5-token blocks cost 2.8 AR steps, and
             # its two explorations per 64-token batch cost ~4% of the batch without a step drafted after them
-            dear = probe and self.spend(stream, probe, kind, extra, 0.0) > DEAR * self.t(1 + extra, kind)
+            price = self.spend(stream, probe, kind, extra, 0.0) if probe else 0.0
+            dear = price > DEAR * self.t(1 + extra, kind)
             if best or not (self.backoff or dear):  # drafting pays here: looking a little further is cheap
                 self.result(nodes, stream, paid=True)
-            elif probe and self.behind(stream) > self.spend(stream, probe, kind, extra, 0.0):
+            elif probe and self.behind(stream) > price:
                 # a draft model far behind the text (a long prompt): an exploration would pay its catch-up, more than
                 # the exploration itself, at once; it waits as one that did not pay would (the statistics come from
                 # steps where the draft keeps up). On Spec-Bench's 1,200-token prompts such an exploration cost ~6%
@@ -795,11 +802,10 @@ class Controller:
                 best, best_rate = k, rate
         return best, best_rate
 
-    def planned(self, stream: str, order: list[int], sizes, kind: str, extra: int, best: int,
-                gains: list[float]) -> int:
+    def planned(self, stream: str, order: list[int], sizes, kind: str, extra: int, gains: list[float]) -> int:
         """In a batch (``Plan``): offer this row's gain at every size, the most of ``sizes`` up to each (``gains``:
-        ``expected``'s for every prefix of ``order``), and take the most of them up to the batch's size for this step
-        (``best``, this row's own pick, before the first)."""
+        ``expected``'s for every prefix of ``order``), and take the most of them up to the batch's size for this
+        step."""
         if isinstance(sizes, range):  # a template's: every size from 0 to all of ``order``
             return min(self.plan.pick(self, stream, gains, kind, extra), len(order))
         allowed, gain, offered = set(sizes), 1.0, []

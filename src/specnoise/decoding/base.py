@@ -193,8 +193,8 @@ class Drafter:
         return clone
 
 
-BATCH_REACH = 512  # ... a batch's curve is probed again over a context this much longer, or a multiple of it
 LONG_CONTEXT = 1024  # decoder.auto's curve is probed over a context at least this long (Curve caps it to the model's)
+BATCH_REACH = 512  # ... and a batch's that reaches past it over a longer one, rounded up to a multiple of this
 
 
 def largest_probe(kv) -> int:
@@ -226,8 +226,8 @@ class Decoder:
         self.batch_meta: dict | None = None  # the drafter choices of the last batch's first row
         self.auto: Controller | None = None  # decoder.auto: built on the first generation (its curve is probed then)
         self.curves: dict[str, Curve] = {}  # decoder.auto: t(q) of the target ("target") and the draft ("draft")
-        self.batch_curves: dict[tuple[str, int, int], Curve] = {}  # ... and of their lock-step forward of B rows, per B
-        # and context
+        # ... and of their lock-step forward of B rows, per B and context
+        self.batch_curves: dict[tuple[str, int, int], Curve] = {}
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
         self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
         if self.drafter is not None:
