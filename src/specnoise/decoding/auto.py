@@ -65,7 +65,8 @@ so a row prices its step at that context (``Engine.attended``).
 On an engine that replays CUDA graphs (the compiled static engine) a step is short (0.66 ms for the shipped model on
 an H100) and every new step shape is a recording, so there the controller keeps a template's pick unless a new one
 gains ``STICKY`` and ranks a template every ``RERANK``-th step only (less often while the rankings keep the pick:
-``RERANK_MAX``); the static engine pads a block to its bucket,
+``RERANK_MAX``), observes every ``OBSERVE_KEPT``-th of the steps that keep it, and lets an exploration past a pick of
+the whole template keep it unranked; the static engine pads a block to its bucket,
 so its curve prices the bucket (``Curve.padded``). CPU engines rank every step and price every size as probed.
 """
 
@@ -124,6 +125,10 @@ RERANK = 4  # ... and where that is on, a template is ranked anew every RERANK-t
 # on an H100's flat curve TR-Jacobi and Token Recycling keep their whole template, and auto ran 9% slower than faithful
 # there, 0.15-0.19 ms more host time per step (h100/checks3), about half of the controller's Python in rankings
 RERANK_MAX = 32
+# ... and of the steps that keep the pick between rankings, every OBSERVE_KEPT-th is observed: the statistics come from
+# a fixed sample of the steps (whatever their outcome: unbiased), forgetting per observation as ever, so over more
+# steps. Observing a 68-node pick at every step was ~40% of the controller's host time per step there
+OBSERVE_KEPT = 4
 # in a lock-step batch, the rows within this many tokens of the most still to come are the batch's last to finish
 # (``Plan.best``): their steps are the batch's steps
 LAST_LAG = 2
@@ -547,7 +552,8 @@ class Nodes:
         self.trials: list[float] = []
         self.hits: list[float] = []
         self.explore = Backoff()
-        self.last: list[int] | None = None  # the last pick that was not an exploration (Controller.sticky)
+        self.last: list[int] | None = None  # the last pick that was not an exploration, ascending (Controller.sticky)
+        self.layout: tuple | None = None  # the last observed pick: who of it hangs off the root, or off whom (observe)
         self.kept = 0  # steps that reused ``last`` without ranking since the last ranking (RERANK)
         self.rerank = RERANK  # ... and how many may (up to RERANK_MAX while the rankings keep ``last``)
         self.idled = 0  # steps in a row that ``Controller.idle`` made AR steps (IDLE_RUN)
@@ -583,10 +589,25 @@ class Nodes:
         if grow > 0:
             self.trials += [0.0] * grow
             self.hits += [0.0] * grow
-        trials, hits = self.trials, self.hits
-        for i in [i for i in proposed if parents[i] < 0 or parents[i] in accepted]:
+        # the tried nodes: those hanging off the root, and the children of accepted nodes. Per pick, once: a graph
+        # engine keeps its template's pick for up to RERANK_MAX steps, and walking its 68 nodes at every step was
+        # a third of decoder.auto's host time per step there
+        layout = self.layout
+        if layout is None or layout[0] != proposed or layout[1] != parents:
+            roots = [i for i in proposed if parents[i] < 0]
+            children: dict[int, list[int]] = {}
+            for i in proposed:
+                if parents[i] >= 0:
+                    children.setdefault(parents[i], []).append(i)
+            layout = self.layout = (list(proposed), list(parents), roots, children)
+        trials, hits, children = self.trials, self.hits, layout[3]
+        for i in layout[2]:
             trials[i] = trials[i] * FORGET + 1
             hits[i] = hits[i] * FORGET + (i in accepted)
+        for a in accepted:
+            for i in children.get(a, ()):
+                trials[i] = trials[i] * FORGET + 1
+                hits[i] = hits[i] * FORGET + (i in accepted)
 
 
 class Controller:
@@ -702,6 +723,31 @@ class Controller:
         nodes = self.nodes_of(stream)
         nodes.idled = 0
         explore = self.step(stream, nodes)
+        if (self.sticky and cuts is None and nodes.last and (len(nodes.last) == len(parents) if explore
+                                                              else nodes.kept < nodes.rerank)):
+            # a graph engine's template pick between re-rankings (at batch 1 only: a batch's rows are not sticky): the
+            # ranking (every node's p, every size priced) is Python work that costs ~15% of a graphed step on an H100;
+            # the statistics move slowly (FORGET). First: this path is most of such a run's steps, and on it nothing
+            # else is needed (``nodes.last`` is kept ascending, the pick itself). An exploration past a pick of the
+            # whole template has nothing beyond it to look at: it keeps the pick too, unranked (on an H100's flat
+            # curve TR-Jacobi keeps its 68 nodes, and its explorations, every EXPLORE-th step, ranked them all)
+            if explore:
+                self.result(nodes, stream, paid=True)
+            nodes.kept += 1
+            self.probe = None
+            keep = nodes.last
+            if allow is not None:  # near the budget: the pick's nodes that may be chosen, with their whole path (the
+                # faithful tree is cut so too; ranked anew, each of a generation's last steps cost a whole ranking)
+                kept: set[int] = set()
+                for i in keep:
+                    if allow[i] and (parents[i] < 0 or parents[i] in kept):
+                        kept.add(i)
+                keep = sorted(kept)
+            if nodes.kept % OBSERVE_KEPT:  # not observed (``OBSERVE_KEPT``)
+                self.asked = None
+                self.sizes.append((stream, len(keep)))
+                return keep
+            return self.picked(nodes, parents, keep, stream)
         # the last pick was an AR step and nothing it rested on has moved (the statistics: nothing was proposed since;
         # the prices: the same context step and curve; the candidates' tree): this one is an AR step too, without
         # ranking and pricing every size again, ~0.1 ms of Python per step (~1% of an AR step of the shipped model on
@@ -721,13 +767,6 @@ class Controller:
             self.probe = None
             size = self.planned(stream, order, sizes, kind, extra, gains)
             return self.picked(nodes, parents, sorted(order[:size]), stream)
-        if (self.sticky and cuts is None and not explore and nodes.last and nodes.kept < nodes.rerank
-                and (allow is None or all(allow[i] for i in nodes.last))):
-            # a graph engine's template pick between re-rankings: the ranking (every node's p, every size priced) is
-            # Python work that costs ~15% of a graphed step on an H100; the statistics move slowly (FORGET)
-            nodes.kept += 1
-            self.probe = None
-            return self.picked(nodes, parents, sorted(nodes.last), stream)
         if not explore:  # (an exploration's pick is not kept: the count to the next ranking goes on)
             nodes.kept = 0
         p = nodes.p(parents, allow)
@@ -776,7 +815,7 @@ class Controller:
             if self.sticky:
                 same = nodes.last is not None and set(chosen) == set(nodes.last)
                 nodes.rerank = min(2 * nodes.rerank, RERANK_MAX) if same else RERANK
-            nodes.last = chosen
+            nodes.last = sorted(chosen)
         nodes.still = still if not (explore or chosen or allow) else None
         return self.picked(nodes, parents, sorted(chosen), stream)
 
@@ -905,7 +944,8 @@ class Controller:
             return
         nodes, parents, keep, stream = self.asked
         self.asked = None
-        proposed = keep[:v.shape.nodes]  # a drafter may propose fewer than it was allowed (a shorter match)
+        # a drafter may propose fewer than it was allowed (a shorter match)
+        proposed = keep if v.shape.nodes >= len(keep) else keep[:v.shape.nodes]
         if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
             paid = (1 + v.accepted) / self.probe > 1 / self.t(1, CHAIN)
             self.result(nodes, stream, paid, 1 + v.accepted, len(proposed))
