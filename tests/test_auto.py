@@ -838,7 +838,7 @@ def test_a_graph_engines_kept_template_is_ranked_ever_more_rarely():
     assert len(nodes.last) < len(parents) and nodes.rerank == auto.RERANK
 
 
-def test_a_graph_engines_kept_whole_template_is_observed_on_a_sample_and_never_ranked_to_explore():
+def test_a_graph_engines_kept_whole_template_is_observed_on_a_sample_and_never_ranked_to_explore(monkeypatch):
     """On a graph engine, while the pick is kept: every auto.OBSERVE_KEPT-th kept step is observed (the statistics
     move on those steps only), an exploration past a pick of the whole template keeps it without ranking (nothing lies
     beyond it), and near the budget the kept pick loses the nodes not allowed, and their descendants, unranked. Ranked
@@ -846,32 +846,64 @@ def test_a_graph_engines_kept_whole_template_is_observed_on_a_sample_and_never_r
     parents = [-1, 0, 1, -1, 3, 0]
     flat = lambda q, kind=CHAIN: 1.0  # noqa: E731 - every size costs one AR step: the whole template pays
     controller = Controller(flat, sticky=auto.STICKY)
-    ranked, observed = [], []
-    rank = Nodes.p
-    Nodes.p = lambda self, *a: ranked.append(True) or rank(self, *a)  # noqa: E731 - counts rankings
-    try:
-        for step in range(200):
-            nodes = controller.streams.get("t")
-            kept, explores = (nodes.kept, nodes.explore.pending()) if nodes else (0, False)
-            version = nodes.version if nodes else 0
-            ranked.clear()
-            pick = controller.select("t", parents)
-            assert pick == list(range(len(parents)))
-            controller.observe(SimpleNamespace(accepted=1, shape=SimpleNamespace(nodes=len(pick)), path=[0, 1]))
-            nodes = controller.streams["t"]
-            observed.append(nodes.version > version)
-            if nodes.kept > kept:  # a kept step: no ranking, observed every OBSERVE_KEPT-th
-                assert not ranked and observed[-1] == (nodes.kept % auto.OBSERVE_KEPT == 0), step
-            elif explores:
-                raise AssertionError(f"step {step}: an exploration past the whole template ranked it")
-        assert sum(observed) < 200 / 2 and any(observed[-auto.OBSERVE_KEPT:]), observed
-        # near the budget: nodes 1 and 4 may not be chosen, so neither may node 2 (below node 1)
-        allow = [True, False, True, True, False, True]
+    ranked, observed, rank = [], [], Nodes.p
+    monkeypatch.setattr(Nodes, "p", lambda self, *a: ranked.append(True) or rank(self, *a))  # counts rankings
+    for step in range(200):
+        nodes = controller.streams.get("t")
+        kept, explores = (nodes.kept, nodes.explore.pending()) if nodes else (0, False)
+        version = nodes.version if nodes else 0
         ranked.clear()
-        pick = controller.select("t", parents, allow=allow)
-        assert pick == [0, 3, 5] and not ranked
-    finally:
-        Nodes.p = rank
+        pick = controller.select("t", parents)
+        assert pick == list(range(len(parents)))
+        controller.observe(SimpleNamespace(accepted=1, shape=SimpleNamespace(nodes=len(pick)), path=[0, 1]))
+        nodes = controller.streams["t"]
+        observed.append(nodes.version > version)
+        if nodes.kept > kept:  # a kept step: no ranking, observed every OBSERVE_KEPT-th
+            assert not ranked and observed[-1] == (nodes.kept % auto.OBSERVE_KEPT == 0), step
+        elif explores:
+            raise AssertionError(f"step {step}: an exploration past the whole template ranked it")
+    assert sum(observed) < 200 / 2 and any(observed[-auto.OBSERVE_KEPT:]), observed
+    # near the budget: nodes 1 and 4 may not be chosen, so neither may node 2 (below node 1)
+    allow = [True, False, True, True, False, True]
+    ranked.clear()
+    pick = controller.select("t", parents, allow=allow)
+    assert pick == [0, 3, 5] and not ranked
+
+
+def test_a_graph_engines_kept_prefix_keeps_its_size_up_to_the_steps_candidates(monkeypatch):
+    """On a graph engine a prefix's pick (a chain, Lookahead's n-grams) is kept as a size between rankings: up to the
+    candidates each step has (their count changes from step to step), all of them where the ranking took all, and an
+    exploration past all of them does not rank; a drafter with a draft model ranks at every step (its price moves
+    with the text its draft has not seen)."""
+    import random
+
+    flat = lambda q, kind=CHAIN: 1.0  # noqa: E731 - every size costs one AR step: all the candidates pay
+    rng, ranked, rank = random.Random(1), [], Nodes.p
+    monkeypatch.setattr(Nodes, "p", lambda self, *a: ranked.append(True) or rank(self, *a))  # counts rankings
+    for draft in (None, lambda stream, k: 0.0):
+        controller = Controller(flat, sticky=auto.STICKY, draft_cost=draft)
+        counts = []
+        for _ in range(120):
+            n = rng.randrange(1, 9)  # this step's candidates
+            nodes = controller.streams.get("t")
+            explores = nodes is not None and nodes.explore.pending()
+            ranked.clear()
+            k = controller.size("t", n, CHAIN)
+            assert k == n  # every size costs the same: all of them, ranked or kept
+            counts.append((bool(ranked), explores))
+            controller.observe(SimpleNamespace(accepted=min(k, 1), shape=SimpleNamespace(nodes=k),
+                                               path=[0, 1][:min(k, 1) + 1]))
+        if draft is None:
+            assert controller.streams["t"].size == auto.ALL
+            assert sum(r for r, _ in counts) <= 10 and not any(r for r, e in counts if e), counts
+        else:
+            assert all(r for r, _ in counts)
+    # a kept size below all: the step verifies up to it, or as many as it has
+    controller = Controller(lambda q, kind=CHAIN: 1.0 + 10.0 * (q > 4), sticky=auto.STICKY)  # noqa: E731
+    for n in (8, 8, 2, 8):
+        k = controller.size("t", n, CHAIN)
+        controller.observe(SimpleNamespace(accepted=0, shape=SimpleNamespace(nodes=k), path=[0]))
+        assert k == min(n, 3), (n, k)
 
 
 def test_observing_a_pick_counts_the_tried_nodes_and_the_accepted_ones():

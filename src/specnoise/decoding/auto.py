@@ -64,9 +64,10 @@ so a row prices its step at that context (``Engine.attended``).
 
 On an engine that replays CUDA graphs (the compiled static engine) a step is short (0.66 ms for the shipped model on
 an H100) and every new step shape is a recording, so there the controller keeps a template's pick unless a new one
-gains ``STICKY`` and ranks a template every ``RERANK``-th step only (less often while the rankings keep the pick:
-``RERANK_MAX``), observes every ``OBSERVE_KEPT``-th of the steps that keep it, and lets an exploration past a pick of
-the whole template keep it unranked; the static engine pads a block to its bucket,
+gains ``STICKY``, ranks every ``RERANK``-th step only (less often while the rankings keep the pick: ``RERANK_MAX``;
+between rankings a template keeps its nodes, a prefix its size: ``Controller.kept_pick``), observes every
+``OBSERVE_KEPT``-th of the steps that keep it, and lets an exploration past a pick of every candidate keep it
+unranked; the static engine pads a block to its bucket,
 so its curve prices the bucket (``Curve.padded``). CPU engines rank every step and price every size as probed.
 """
 
@@ -120,7 +121,8 @@ STICKY = 0.02
 # proposed) a stand-in that does not pay would skip every lookup until the next exploration, up to EXPLORE_MAX steps
 # (REST on the Spec-Bench miniature: 10% more forwards than looking at every step)
 IDLE_RUN = 3
-RERANK = 4  # ... and where that is on, a template is ranked anew every RERANK-th step (and at explorations) only,
+RERANK = 4  # ... and where that is on, a pick (a template's nodes; a prefix's size, for drafters without a draft
+# model) is ranked anew every RERANK-th step (and at explorations that can look past it) only,
 # the interval doubling up to RERANK_MAX while rankings keep the last pick (a pick that changes starts over at RERANK):
 # on an H100's flat curve TR-Jacobi and Token Recycling keep their whole template, and auto ran 9% slower than faithful
 # there, 0.15-0.19 ms more host time per step (h100/checks3), about half of the controller's Python in rankings
@@ -129,6 +131,7 @@ RERANK_MAX = 32
 # a fixed sample of the steps (whatever their outcome: unbiased), forgetting per observation as ever, so over more
 # steps. Observing a 68-node pick at every step was ~40% of the controller's host time per step there
 OBSERVE_KEPT = 4
+ALL = 1 << 30  # a kept prefix of every candidate, however many the next steps have (``Controller.kept_pick``)
 # in a lock-step batch, the rows within this many tokens of the most still to come are the batch's last to finish
 # (``Plan.best``): their steps are the batch's steps
 LAST_LAG = 2
@@ -265,7 +268,13 @@ class Curve:
         self.fits = None
 
     def __call__(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
-        return self.fit(self.padded(q), kind, context)
+        # remembered per call as well (a drafter pricing its own steps, Lookahead's window, asks at every step)
+        called = self.called if getattr(self, "fits", None) is not None else None
+        got = None if called is None else called.get((q, kind, context))
+        if got is None:
+            got = self.fit(self.padded(q), kind, context)
+            self.called[q, kind, context] = got
+        return got
 
     def padded(self, q: float) -> float:
         """The block a forward of q new tokens runs: a static engine's bucket for q, where q fits one."""
@@ -279,6 +288,7 @@ class Curve:
             self.fits = {k: interpolate(v) for k, v in self.times.items()}
             self.near_fits = {k: interpolate(v) for k, v in self.near.items() if v}
             self.priced: dict[tuple[float, str], tuple[float, float]] = {}
+            self.called: dict[tuple[float, str, float | None], float] = {}  # (``__call__``)
         # remembered: the controller prices every candidate size at every step, a fit walks the grid
         key = (q, CHAIN if q <= 1 else kind)
         got = self.priced.get(key)
@@ -553,9 +563,10 @@ class Nodes:
         self.hits: list[float] = []
         self.explore = Backoff()
         self.last: list[int] | None = None  # the last pick that was not an exploration, ascending (Controller.sticky)
+        self.size = 0  # ... of a prefix: its size (ALL: every candidate), on a graph engine (Controller.kept_pick)
         self.layout: tuple | None = None  # the last observed pick: who of it hangs off the root, or off whom (observe)
-        self.kept = 0  # steps that reused ``last`` without ranking since the last ranking (RERANK)
-        self.rerank = RERANK  # ... and how many may (up to RERANK_MAX while the rankings keep ``last``)
+        self.kept = 0  # steps that reused the last pick (``last``, ``size``) unranked since the last ranking
+        self.rerank = RERANK  # ... and how many may (up to RERANK_MAX while the rankings keep the pick)
         self.idled = 0  # steps in a row that ``Controller.idle`` made AR steps (IDLE_RUN)
         self.version = 0  # observations so far: the statistics changed since a pick rested on them
         self.still: tuple | None = None  # what the last pick, an AR step, rested on (``Controller.choose``)
@@ -723,26 +734,15 @@ class Controller:
         nodes = self.nodes_of(stream)
         nodes.idled = 0
         explore = self.step(stream, nodes)
-        if (self.sticky and cuts is None and nodes.last and (len(nodes.last) == len(parents) if explore
-                                                              else nodes.kept < nodes.rerank)):
-            # a graph engine's template pick between re-rankings (at batch 1 only: a batch's rows are not sticky): the
-            # ranking (every node's p, every size priced) is Python work that costs ~15% of a graphed step on an H100;
-            # the statistics move slowly (FORGET). First: this path is most of such a run's steps, and on it nothing
-            # else is needed (``nodes.last`` is kept ascending, the pick itself). An exploration past a pick of the
-            # whole template has nothing beyond it to look at: it keeps the pick too, unranked (on an H100's flat
-            # curve TR-Jacobi keeps its 68 nodes, and its explorations, every EXPLORE-th step, ranked them all)
-            if explore:
+        keep = self.kept_pick(nodes, parents, cuts, allow, explore) if self.sticky else None
+        if keep is not None:
+            # a graph engine's last ranked pick, kept (``kept_pick``): the ranking (every node's p, every size priced)
+            # is Python work that costs ~15% of a graphed step on an H100; the statistics move slowly (FORGET).
+            # First: this path is most of such a run's steps, and on it nothing else is needed
+            if explore:  # (nothing beyond the pick to look at)
                 self.result(nodes, stream, paid=True)
             nodes.kept += 1
             self.probe = None
-            keep = nodes.last
-            if allow is not None:  # near the budget: the pick's nodes that may be chosen, with their whole path (the
-                # faithful tree is cut so too; ranked anew, each of a generation's last steps cost a whole ranking)
-                kept: set[int] = set()
-                for i in keep:
-                    if allow[i] and (parents[i] < 0 or parents[i] in kept):
-                        kept.add(i)
-                keep = sorted(kept)
             if nodes.kept % OBSERVE_KEPT:  # not observed (``OBSERVE_KEPT``)
                 self.asked = None
                 self.sizes.append((stream, len(keep)))
@@ -816,8 +816,40 @@ class Controller:
                 same = nodes.last is not None and set(chosen) == set(nodes.last)
                 nodes.rerank = min(2 * nodes.rerank, RERANK_MAX) if same else RERANK
             nodes.last = sorted(chosen)
+        elif self.sticky:  # a prefix's size; all of the candidates: as many as the next steps have (``kept_pick``)
+            size = best if best < len(order) else ALL
+            nodes.rerank = min(2 * nodes.rerank, RERANK_MAX) if size == nodes.size else RERANK
+            nodes.size = size
         nodes.still = still if not (explore or chosen or allow) else None
         return self.picked(nodes, parents, sorted(chosen), stream)
+
+    def kept_pick(self, nodes: Nodes, parents: list[int], cuts: list[int] | None, allow: list[bool] | None,
+             explore: bool) -> list[int] | None:
+        """On a graph engine (``sticky``, at batch 1 only: a batch's rows are not sticky): this step's pick if it keeps
+        the last ranked one, else None (rank). A pick is kept for ``nodes.rerank`` steps (``RERANK``, doubling up to
+        ``RERANK_MAX`` while the rankings keep it), and at an exploration that has nothing beyond it to look at: a pick
+        of the whole template, or of all the candidates (on an H100's flat curve TR-Jacobi keeps its 68 nodes, and its
+        explorations, every EXPLORE-th step, ranked them all). A template's pick is its nodes (ascending, the list
+        itself); near the budget (``allow``) the ones that may be chosen with their whole path, as the faithful tree
+        is cut (ranked anew, each of a generation's last steps cost a whole ranking). A prefix's is its size, up to
+        the candidates this step has (Lookahead's n-grams, PLD's match: their counts change from step to step), for
+        drafters without a draft model (whose price moves with the text the draft has not seen)."""
+        if cuts is None:
+            last = nodes.last
+            if not last or not (len(last) == len(parents) if explore else nodes.kept < nodes.rerank):
+                return None
+            if allow is None:
+                return last
+            keep: set[int] = set()
+            for i in last:
+                if allow[i] and (parents[i] < 0 or parents[i] in keep):
+                    keep.add(i)
+            return sorted(keep)
+        size = nodes.size
+        if (not size or self.draft_cost is not None or allow is not None
+                or not (size >= len(parents) if explore else nodes.kept < nodes.rerank)):
+            return None
+        return list(range(max((c for c in cuts if c <= min(size, len(parents))), default=0)))
 
     def best(self, stream: str, p: list[float], order: list[int], sizes, kind: str, extra: int) -> tuple[int, float]:
         """(k, rate): of ``sizes``, the one whose first k nodes of ``order`` give the most expected accepted tokens per

@@ -133,6 +133,7 @@ class Lookahead(Drafter):
     def setup(self):
         # decoder.auto: when a run of AR steps runs the window; its gap kept across prompts (Backoff.restart)
         self.idle = Backoff(unpaid=True)
+        self.trees: dict[int, tuple[list[int], list[int]]] = {}  # decoder.auto: n-gram tokens -> parents, sizes
 
     def fork(self, decoder):
         clone = super().fork(decoder)
@@ -157,8 +158,10 @@ class Lookahead(Drafter):
             m = self.cfg.N - 2 if self.cfg.faithful else self.cfg.N - 1
             cells, cost = self.window.cells(), self.decoder.auto.cost
             n = len(self.window.pool.get(self.seq[-1])) * m
-            parents = [-1 if j % m == 0 else j - 1 for j in range(n)]  # each n-gram a chain off the root
-            count = self.cut(n, extra=cells, cuts=list(range(0, n + 1, max(m, 1))), parents=parents) // max(m, 1)
+            if n not in self.trees:  # each n-gram a chain off the root; the sizes: whole n-grams (once per count)
+                self.trees[n] = ([-1 if j % m == 0 else j - 1 for j in range(n)], list(range(0, n + 1, max(m, 1))))
+            parents, cuts = self.trees[n]
+            count = self.cut(n, extra=cells, cuts=cuts, parents=parents) // max(m, 1)
             if count:
                 self.idle = Backoff(unpaid=True)
             self.windowed = bool(count) or self.steady(cost, cells) or self.idle.due()
