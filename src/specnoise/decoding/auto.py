@@ -384,6 +384,8 @@ class Plan:
         self.entered: dict[str, set[int]] = {}  # stream -> the rows that started this step
         self.paid: dict[str, list[tuple]] = {}  # stream -> what this step's explorations were worth, per row
         self.memo: dict[str, tuple[list, int]] = {}  # stream -> the last step's offers and the size they gave
+        self.unranked: dict[str, int] = {}  # stream -> steps since its rows last ranked their candidates (``ranks``)
+        self.ranking: dict[str, bool] = {}  # stream -> whether this step's rows rank anew
 
     def enter(self, controller: Controller, stream: str, own: Backoff) -> bool:
         """``controller``'s row starts a step on ``stream`` (its exploration schedule alone: ``own``); whether the step
@@ -400,6 +402,9 @@ class Plan:
         if paid:
             schedule.result(self.worth(stream, paid))
         self.exploring[stream] = schedule.due()
+        count = self.unranked.get(stream, 0) + 1
+        self.ranking[stream] = self.exploring[stream] or count >= RERANK
+        self.unranked[stream] = 0 if self.ranking[stream] else count
         offers = self.offers.get(stream)
         if offers:
             self.sizes[stream] = self.best(offers.values())
@@ -407,6 +412,14 @@ class Plan:
         entered.clear()
         entered.add(id(controller))
         return self.exploring[stream]
+
+    def ranks(self, stream: str) -> bool:
+        """Whether this step's rows rank their candidates anew (every ``RERANK``-th step of the batch, and its
+        explorations), or offer their last rankings again where their candidates' tree is the same (``Controller
+        .choose``). Ranked at every step where the rows draft, a 68-node template cost 16 rows ~0.3 ms of Python per
+        batched step on an H100 (h100/checks4: TR-Jacobi with auto at 1.30x faithful's time at B = 16); offered again,
+        the rows' lists are the same objects and the plan's size is not priced anew either (``best``)."""
+        return self.ranking.get(stream, True)
 
     def result(self, stream: str, controller: Controller, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
         """What a row's exploration was worth (applied once, at the next step): ``paid`` by the row's own pricing, and
@@ -759,10 +772,12 @@ class Controller:
             self.probe = None
             return self.picked(nodes, parents, [], stream)
         if (self.plan is not None and not explore and allow is None and nodes.ranked is not None
-                and nodes.ranked[0] == still and stream in self.plan.sizes):
+                and stream in self.plan.sizes and (nodes.ranked[0] == still or (
+                    nodes.ranked[0][1:] == still[1:] and not self.plan.ranks(stream)))):
             # in a batch, nothing the last ranking rested on has moved (its rows' AR steps propose nothing, so the
-            # statistics stay): its order and gains are offered again, the batch's size taken from them (at B = 16 on
-            # the CPU the rows mostly take AR steps, and ranking a 68-node template anyway cost ~70 us per row-step)
+            # statistics stay), or only the statistics did and the batch does not rank at this step (``Plan.ranks``):
+            # its order and gains are offered again, the batch's size taken from them (at B = 16 on the CPU the rows
+            # mostly take AR steps, and ranking a 68-node template anyway cost ~70 us per row-step)
             _, order, sizes, gains = nodes.ranked  # (no prices in them: the batch's size is priced by ``Plan``)
             self.probe = None
             size = self.planned(stream, order, sizes, kind, extra, gains)
@@ -899,6 +914,8 @@ class Controller:
             return self.batch_idle(nodes, stream, parents, kind, extra)
         if nodes is None or not parents or nodes.explore.pending() or nodes.idled >= IDLE_RUN:
             return False
+        if self.sticky and self.draft_cost is None and nodes.size and nodes.kept < nodes.rerank:
+            return False  # a graph engine's kept size drafts (``kept_pick``): no ranking to tell
         if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra)[0]:
             return False
         nodes.idled += 1
