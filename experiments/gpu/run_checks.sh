@@ -19,7 +19,10 @@
 # a warm-up generation per decoder (19 here) compiles more; at LIMIT=20 REPEATS=2 the HumanEval side step (760
 # generations) did not finish in 170 s on 2026-11-27 (h100/checks3), the Spec-Bench one, compiled warm, took 89 s.
 # With STEP_S=300 the default steps can need ~9 minutes: near a device call's 10-minute limit, run STEPS=side and
-# STEPS=batches as two calls.
+# STEPS=batches as two calls. What fit one lease on 2026-11-27 (h100/checks4, 731 s of device time): a first call on the
+# fresh machine, LIMIT=8 REPEATS=2 STEP_S=250 STEPS=side, then STEPS=batches SUBSETS=humaneval-gpu BATCH_S=110 (381 s:
+# the cold HumanEval side step wrote its results just inside 250 s), then three calls on the warm machine (each must
+# start within the 30 s it stays warm), each one side or batches step with LIMIT=8 REPEATS=3: 47-87 s apiece.
 set -uo pipefail
 O=${1:-outputs/gpu-checks}
 PY=${PYTHON:-python3}

@@ -839,7 +839,7 @@ class Controller:
         return self.picked(nodes, parents, sorted(chosen), stream)
 
     def kept_pick(self, nodes: Nodes, parents: list[int], cuts: list[int] | None, allow: list[bool] | None,
-             explore: bool) -> list[int] | None:
+                  explore: bool) -> list[int] | None:
         """On a graph engine (``sticky``, at batch 1 only: a batch's rows are not sticky): this step's pick if it keeps
         the last ranked one, else None (rank). A pick is kept for ``nodes.rerank`` steps (``RERANK``, doubling up to
         ``RERANK_MAX`` while the rankings keep it), and at an exploration that has nothing beyond it to look at: a pick
