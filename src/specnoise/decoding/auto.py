@@ -531,6 +531,18 @@ def chain_parents(n: int) -> list[int]:
     return list(range(-1, n - 1))  # node i's parent is node i - 1, node 0's the root (-1)
 
 
+CHAINS: dict[int, tuple[list[int], list[int]]] = {}  # n -> a chain's parents and its sizes 0..n (``Controller.size``)
+PREFIXES: dict[int, list[int]] = {}  # k -> the first k nodes, 0..k-1 (``Controller.kept_pick``)
+
+
+def prefix(k: int) -> list[int]:
+    """[0, ..., k - 1], one list per k (never changed: picks are read, not written)."""
+    got = PREFIXES.get(k)
+    if got is None:
+        got = PREFIXES[k] = list(range(k))
+    return got
+
+
 class Backoff:
     """Which steps explore: the ``EXPLORE``-th, then every ``EXPLORE``-th while exploring pays; after an exploration
     that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``. ``unpaid``: explorations whose worth shows
@@ -864,7 +876,7 @@ class Controller:
         if (not size or self.draft_cost is not None or allow is not None
                 or not (size >= len(parents) if explore else nodes.kept < nodes.rerank)):
             return None
-        return list(range(max((c for c in cuts if c <= min(size, len(parents))), default=0)))
+        return prefix(max((c for c in cuts if c <= min(size, len(parents))), default=0))
 
     def best(self, stream: str, p: list[float], order: list[int], sizes, kind: str, extra: int) -> tuple[int, float]:
         """(k, rate): of ``sizes``, the one whose first k nodes of ``order`` give the most expected accepted tokens per
@@ -966,8 +978,10 @@ class Controller:
             self.asked = None
             self.ar_step(stream, kind, extra)
             return 0
-        cuts = list(range(n + 1)) if cuts is None else cuts
-        return len(self.choose(stream, parents or chain_parents(n), kind, extra, cuts, None))
+        chain = CHAINS.get(n)
+        if chain is None:  # (built once per n: a chain drafter asks at every step)
+            chain = CHAINS[n] = (chain_parents(n), list(range(n + 1)))
+        return len(self.choose(stream, parents or chain[0], kind, extra, chain[1] if cuts is None else cuts, None))
 
     def select(self, stream: str, parents: list[int], kind: str = TREE, extra: int = 0,
                allow: list[bool] | None = None) -> list[int]:
