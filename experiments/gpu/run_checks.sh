@@ -10,7 +10,10 @@
 #    side by side against batched AR in one job (h100/checks and checks2 ran them in two), at B = 4 and 16 (16
 #    HumanEval problems; Spec-Bench has 7 turns).
 # The full engine and forward-cost figures are run_engines.sh's (~15 minutes with its 8B-shape compiles).
-# Usage: bash experiments/gpu/run_checks.sh [OUT_DIR]; EXTRA="..." appends overrides to every job (a CPU dry run:
+# Usage: bash experiments/gpu/run_checks.sh [OUT_DIR]; DRAFTERS=a,b: the side and engines steps' drafters (default
+# all nine; e.g. DRAFTERS=lookahead,rest,tr_jacobi to re-measure what changed: faithful Jacobi, the experiment's
+# own decoder, runs too); EXTRA="..." appends overrides to every
+# job (a CPU dry run:
 # EXTRA="model.device=cpu draft.device=cpu model.dtype=float32 draft.dtype=float32 model.compile=false
 # draft.compile=false benchmark.limit=2 benchmark.max_new_tokens=16"). STEPS: which steps run ("side batches", the
 # default; or "engines"); STEP_S / BATCH_S: each step's time limit (seconds); LIMIT / REPEATS: prompts and timed
@@ -43,7 +46,7 @@ step() {  # step NAME SECONDS OVERRIDES...: one sweep into $O/NAME, its log besi
 # Spec-Bench's summarization scorer needs rouge-score, which the GPU image lacks: the speed and the losslessness need
 # no scores
 scorer() { case $1 in spec_bench*) echo benchmark.scorer=none;; esac; }
-DRAFTERS='jacobi,tr_jacobi,pld,lookahead,token_recycling,sam,rest,speculative,ouroboros'
+DRAFTERS=${DRAFTERS:-jacobi,tr_jacobi,pld,lookahead,token_recycling,sam,rest,speculative,ouroboros}
 ENGINE=(model.static_cache=true model.compile=true 'model.static_buckets=[1,8,16,64,72]' draft.static_cache=true
         draft.compile=true 'draft.static_buckets=[1,8,16,64,128]')
 for subset in ${SUBSETS:-humaneval-gpu spec_bench-gpu}; do
