@@ -15,7 +15,6 @@ Usage: python experiments/hardware-aware/graph_sim.py [--decoders tr_jacobi,look
 from __future__ import annotations
 
 import argparse
-import functools
 import gzip
 import json
 import os
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from profile_step import SPENT, timed  # (this folder's: the script's own folder is on the path)
 
 from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, ModelConfig
 from specnoise.decoding import auto
@@ -32,21 +32,7 @@ from specnoise.models import load_model
 CURVE = Path(__file__).parents[1] / "gpu/h100/checks4/call1/cost_cache/forward-cost-cd04df44325c74ed.json"
 BUCKETS = (1, 8, 16, 64, 72)  # the static engine's buckets that curve was probed on (experiments/gpu/run_checks.sh)
 DECODERS = "jacobi,tr_jacobi,pld,lookahead,token_recycling,sam,rest"
-
-
-def timed(owner, attr: str, spent: dict) -> None:
-    """Add the seconds spent in ``owner.attr`` to ``spent[attr]``."""
-    fn = getattr(owner, attr)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            spent[attr] = spent.get(attr, 0.0) + time.perf_counter() - start
-
-    setattr(owner, attr, wrapper)
+CONTROLLER = ("select", "size", "idle", "observe")  # the controller's calls per step
 
 
 def main() -> None:
@@ -62,10 +48,9 @@ def main() -> None:
     with gzip.open(ASSETS_DIR / "data/humaneval/HumanEval.jsonl.gz", "rt") as f:
         texts = [json.loads(line)["prompt"] for line, _ in zip(f, range(args.prompts))]
     prompts = [target.tokenizer(t, add_special_tokens=False).input_ids for t in texts]
-    spent: dict[str, float] = {}
-    timed(type(target.model), "forward", spent)
-    for attr in ("select", "size", "idle", "observe"):
-        timed(auto.Controller, attr, spent)
+    timed(type(target.model), "forward", "forward")
+    for attr in CONTROLLER:
+        timed(auto.Controller, attr, attr)
     print(f"curve {os.path.relpath(args.curve)}, buckets {BUCKETS}, {args.prompts} HumanEval prompts x "
           f"{args.new_tokens} tokens, the fastest of {args.rounds} rounds\n")
     print("| decoder | forwards faithful / auto | auto's mean size | controller us per step | host us per step, "
@@ -85,15 +70,15 @@ def main() -> None:
         for _ in range(args.rounds):
             outs = {}
             for label, decoder in (("faithful", faithful), ("auto", aware)):
-                spent.clear()
+                SPENT.clear()
                 start = time.perf_counter()
                 outs[label] = [decoder.generate(p, args.new_tokens) for p in prompts]
                 wall = time.perf_counter() - start
                 steps = sum(o.target_forwards for o in outs[label])
                 forwards[label] = steps
-                hosts[label].append((wall - spent["forward"]) / steps * 1e6)
+                hosts[label].append((wall - SPENT["forward"]) / steps * 1e6)
                 if label == "auto":
-                    control.append(sum(spent.get(a, 0.0) for a in ("select", "size", "idle", "observe")) / steps * 1e6)
+                    control.append(sum(SPENT[a] for a in CONTROLLER) / steps * 1e6)
             same &= all(a.tokens == b.tokens for a, b in zip(outs["faithful"], outs["auto"]))
         sizes = [k for stream in aware.auto.describe().values() for k in stream["sizes"]]
         host = {label: min(v) for label, v in hosts.items()}

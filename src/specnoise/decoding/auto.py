@@ -385,7 +385,6 @@ class Plan:
         self.paid: dict[str, list[tuple]] = {}  # stream -> what this step's explorations were worth, per row
         self.memo: dict[str, tuple[list, int]] = {}  # stream -> the last step's offers and the size they gave
         self.unranked: dict[str, int] = {}  # stream -> steps since its rows last ranked their candidates (``ranks``)
-        self.ranking: dict[str, bool] = {}  # stream -> whether this step's rows rank anew
 
     def enter(self, controller: Controller, stream: str, own: Backoff) -> bool:
         """``controller``'s row starts a step on ``stream`` (its exploration schedule alone: ``own``); whether the step
@@ -403,8 +402,7 @@ class Plan:
             schedule.result(self.worth(stream, paid))
         self.exploring[stream] = schedule.due()
         count = self.unranked.get(stream, 0) + 1
-        self.ranking[stream] = self.exploring[stream] or count >= RERANK
-        self.unranked[stream] = 0 if self.ranking[stream] else count
+        self.unranked[stream] = 0 if self.exploring[stream] or count >= RERANK else count
         offers = self.offers.get(stream)
         if offers:
             self.sizes[stream] = self.best(offers.values())
@@ -419,7 +417,7 @@ class Plan:
         .choose``). Ranked at every step where the rows draft, a 68-node template cost 16 rows ~0.3 ms of Python per
         batched step on an H100 (h100/checks4: TR-Jacobi with auto at 1.30x faithful's time at B = 16); offered again,
         the rows' lists are the same objects and the plan's size is not priced anew either (``best``)."""
-        return self.ranking.get(stream, True)
+        return self.unranked.get(stream, 0) == 0
 
     def result(self, stream: str, controller: Controller, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
         """What a row's exploration was worth (applied once, at the next step): ``paid`` by the row's own pricing, and
@@ -768,11 +766,10 @@ class Controller:
                 self.result(nodes, stream, paid=True)
             nodes.kept += 1
             self.probe = None
+            self.picked(nodes, parents, keep, stream)
             if nodes.kept % OBSERVE_KEPT:  # not observed (``OBSERVE_KEPT``)
                 self.asked = None
-                self.sizes.append((stream, len(keep)))
-                return keep
-            return self.picked(nodes, parents, keep, stream)
+            return keep
         # the last pick was an AR step and nothing it rested on has moved (the statistics: nothing was proposed since;
         # the prices: the same context step and curve; the candidates' tree): this one is an AR step too, without
         # ranking and pricing every size again, ~0.1 ms of Python per step (~1% of an AR step of the shipped model on
@@ -872,11 +869,15 @@ class Controller:
                 if allow[i] and (parents[i] < 0 or parents[i] in keep):
                     keep.add(i)
             return sorted(keep)
-        size = nodes.size
-        if (not size or self.draft_cost is not None or allow is not None
-                or not (size >= len(parents) if explore else nodes.kept < nodes.rerank)):
+        if allow is not None or not self.keeps_size(nodes, len(parents), explore):
             return None
-        return prefix(max((c for c in cuts if c <= min(size, len(parents))), default=0))
+        return prefix(max((c for c in cuts if c <= min(nodes.size, len(parents))), default=0))
+
+    def keeps_size(self, nodes: Nodes, n: int, explore: bool) -> bool:
+        """Whether this step keeps the last ranked size of a prefix of ``n`` candidates (``kept_pick``)."""
+        size = nodes.size
+        return bool(self.sticky and size and self.draft_cost is None
+                    and (size >= n if explore else nodes.kept < nodes.rerank))
 
     def best(self, stream: str, p: list[float], order: list[int], sizes, kind: str, extra: int) -> tuple[int, float]:
         """(k, rate): of ``sizes``, the one whose first k nodes of ``order`` give the most expected accepted tokens per
@@ -926,7 +927,7 @@ class Controller:
             return self.batch_idle(nodes, stream, parents, kind, extra)
         if nodes is None or not parents or nodes.explore.pending() or nodes.idled >= IDLE_RUN:
             return False
-        if self.sticky and self.draft_cost is None and nodes.size and nodes.kept < nodes.rerank:
+        if self.keeps_size(nodes, len(parents), explore=False):
             return False  # a graph engine's kept size drafts (``kept_pick``): no ranking to tell
         if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra)[0]:
             return False
