@@ -65,9 +65,9 @@ class Recording(DynamicEngine):
         super().reset()
         self.fed, self.sizes = [], []
 
-    def forward(self, tokens, positions=None, tree=None, last=None):
+    def forward(self, tokens, positions=None, tree=None, last=None, prefix=0):
         tokens = [int(t) for t in tokens]
-        logits = super().forward(tokens, positions, tree)
+        logits = super().forward(tokens, positions, tree, prefix=prefix)
         ref = DynamicEngine(self.model).forward(self.fed + tokens[:1])[-1]
         assert torch.allclose(logits[0], ref, atol=1e-4), "cache content differs from the tokens it should hold"
         self.fed += tokens

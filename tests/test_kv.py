@@ -10,6 +10,7 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 from specnoise.config import UserError
+from specnoise.decoding import kv as kv_module
 from specnoise.decoding.kv import DynamicEngine, self_test
 from specnoise.decoding.tr_jacobi import retrieve
 from specnoise.decoding.trees import TEMPLATES, build_tree, with_prefix
@@ -45,6 +46,34 @@ def test_tree_forward_gives_each_node_its_path_logits(target):
     for path in tree.paths:
         ref = causal_logits(target.model, prompt + [nodes[i - 1] for i in path[1:]])[len(prompt) - 1:]
         assert torch.allclose(logits[path], ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("last", [None, 18, 16, 15, 4])
+def test_a_long_prompt_fed_with_a_tree_runs_causally_first_and_gives_the_same_logits(target, monkeypatch, last):
+    """A first step feeds the prompt with the tree; from ``SPLIT_PREFIX`` prompt tokens on (lowered here) the CPU
+    engine feeds the prompt as a plain causal forward first: the logits (every ``last`` rows: the prompt's and the
+    tree's, the root's and the tree's, the tree's only, some of the tree's) and the cache are those of one masked
+    forward, and it counts and logs as one forward."""
+    tree = build_tree("2level_12", topk=6, retrieval_len=3)  # 15 nodes
+    gen = torch.Generator().manual_seed(2)
+    prompt = torch.randint(3, 96, (9,), generator=gen).tolist()
+    nodes = torch.randint(3, 96, (len(tree.nodes),), generator=gen).tolist()
+    shape = tree_shape(tree.parent[1:], tree.paths)
+    positions = list(range(2, 2 + 6)) + (2 + 6 + shape.offsets).tolist()
+    got, fed, model_call = {}, [], DynamicEngine._logits
+    monkeypatch.setattr(DynamicEngine, "_logits", lambda self, ids, *rest: fed.append(ids.shape[1])
+                        or model_call(self, ids, *rest))
+    for split in (10**9, 4):
+        monkeypatch.setattr(kv_module, "SPLIT_PREFIX", split)
+        kv = DynamicEngine(target.model)
+        kv.forward(prompt[:2])
+        logits = kv.forward(prompt[2:] + nodes, positions, with_prefix(shape.mask, 6), last, prefix=7)
+        got[split] = logits, kv.forward([40])[-1], kv.forwards, kv.forward_log
+    (one, after_one, count_one, log_one), (two, after_two, count_two, log_two) = got.values()
+    assert one.shape == two.shape == (last or 7 + 15, one.shape[-1])
+    assert torch.allclose(one, two, atol=1e-4) and torch.allclose(after_one, after_two, atol=1e-4)
+    assert count_one == count_two == 3 and log_one == log_two
+    assert fed == [2, 22, 1] + [2, 7, 15, 1]  # the model's calls: one masked forward, then the prompt and the tree
 
 
 def test_crop_forgets_rejected_slots(target):

@@ -247,7 +247,8 @@ class RowEngine:
         self.forwards += 1
         self.forward_log.append(log_entry(tokens, positions, tree, self.length))
 
-    def forward(self, tokens, positions=None, tree=None, last=None) -> torch.Tensor:
+    def forward(self, tokens, positions=None, tree=None, last=None, prefix: int = 0) -> torch.Tensor:
+        # (``prefix`` is ignored: a batch's forwards, its AR prefill too, all carry the 4D mask)
         self.count(tokens, positions, tree)
         return self.kv.forward({self.r: (tokens, positions, tree, last)})[self.r]
 
@@ -318,7 +319,7 @@ def lockstep(steps: dict[int, Generator], kvs: list[BatchKV], read: Callable[[to
                 for r in rows:
                     request = waiting[r]
                     request.engine.count(request.tokens, request.positions, request.tree)
-                logits = kv.forward({r: waiting[r][1:] for r in rows})
+                logits = kv.forward({r: waiting[r][1:5] for r in rows})  # (tokens, positions, tree, last)
                 replies = [logits[r] for r in rows]
             for r, reply in zip(rows, replies):
                 advance(r, reply)

@@ -93,14 +93,15 @@ def attention_mask(cached: int | torch.Tensor, keep: torch.Tensor, start: int, w
 
 class Forward(NamedTuple):
     """A request that a decoding step yields (``Decoder.steps``, ``Verifier.steps``, draft loops): run
-    ``engine.forward(tokens, positions, tree, last)``; the reply is its logits. Alone, ``drive`` runs it at once; in a
-    batch (batch.py) the rows' requests of one model become one batched forward."""
+    ``engine.forward(tokens, positions, tree, last, prefix)``; the reply is its logits. Alone, ``drive`` runs it at
+    once; in a batch (batch.py) the rows' requests of one model become one batched forward."""
 
     engine: Any
     tokens: Any
     positions: Any = None
     tree: torch.Tensor | None = None
     last: int | None = None
+    prefix: int = 0  # the first tokens that form a causal run before the rest (``DynamicEngine.forward``)
 
 
 def log_entry(tokens, positions=None, tree=None, context: int = 0) -> tuple[int, bool, int]:
@@ -125,7 +126,8 @@ def drive(steps: Generator, read: Callable[[torch.Tensor], Any]):
         while True:
             request = steps.send(reply)
             if isinstance(request, Forward):
-                reply = request.engine.forward(request.tokens, request.positions, request.tree, request.last)
+                reply = request.engine.forward(request.tokens, request.positions, request.tree, request.last,
+                                               request.prefix)
             else:
                 reply = read(request.tensor)
     except StopIteration as stop:
@@ -198,6 +200,17 @@ class Clock:
     @property
     def seconds(self) -> float:
         return self.host + sum(start.elapsed_time(end) for start, end in self.events) / 1e3
+
+
+# a block whose first tokens are a causal run (the prompt, fed with the first step's proposal) is fed in two model calls
+# on the CPU from this many of them on (``DynamicEngine.forward``'s ``prefix``): the prompt as a plain causal forward,
+# as AR's prefill runs it, then the proposal with its mask over the cache. In one masked forward the attention leaves
+# SDPA's maskless causal path for the whole prompt, with a (P + q)^2 additive mask: 8 tree tokens after 1,024 prompt
+# tokens cost 27-46 ms more than AR's prefill of the prompt alone (170-190 ms), 10 ms more in two calls; at 512 tokens
+# both cost about the same, below it one call is cheaper by the second call's fixed cost (small-code-msn, one thread;
+# TR-Jacobi lost 0.26x AR on a 1,206-token Spec-Bench prompt of 14 new tokens to it). On a GPU the second call would
+# cost a whole decode step of the model while the masked attention stays fast: one forward there
+SPLIT_PREFIX = 512
 
 
 class Engine:
@@ -277,17 +290,39 @@ class DynamicEngine(Engine):
 
     @torch.inference_mode()
     def forward(self, tokens, positions=None, tree: torch.Tensor | None = None,
-                last: int | None = None) -> torch.Tensor:
+                last: int | None = None, prefix: int = 0) -> torch.Tensor:
         """Feed ``tokens`` after the cached slots; return float32 logits, one row per token.
 
         positions: absolute positions (default: consecutive after the cache).
         tree: bool [q, q], ``tree[i, j]`` = token i may attend to new token j (default: causal).
         last: return only the last ``last`` rows (a long prefill then never materialises prompt-length x vocab
         logits, which for a 128k vocabulary costs more than the forward's attention).
+        prefix: the first ``prefix`` tokens are a causal run at consecutive positions that every later token sees (a
+        prompt fed with the first proposal): from ``SPLIT_PREFIX`` of them on (on the CPU) they are fed first, as a
+        plain causal forward, then the rest, in one forward as counted and timed.
         Every new token always sees the whole cache.
         """
         ids = as_ids(tokens, self.device).view(1, -1)
         P, q = self.length, ids.shape[1]
+        with numerics(self.model), self.clock.timing():  # the model's attention-backend / strict-numerics policy
+            if tree is not None and SPLIT_PREFIX <= prefix < q and self.device.type == "cpu":
+                rest = q - prefix  # the prefix's rows among the last ``last``: none, some, or all of them
+                head = prefix if last is None else min(max(last - rest, 0), prefix)
+                first = self._logits(ids[:, :prefix], P, None, None, max(head, 1))  # (HF: 0 keeps every row)
+                tail = self._logits(ids[:, prefix:], P + prefix,
+                                    None if positions is None else as_ids(positions, self.device).view(-1)[prefix:],
+                                    tree.to(self.device)[prefix:, prefix:], None if last is None else min(last, rest))
+                logits = torch.cat([first[0, first.shape[1] - head:], tail[0]]) if head else tail[0]
+            else:
+                logits = self._logits(ids, P, positions, tree, last)[0]
+        self.forwards += 1
+        self.forward_log.append(log_entry(ids, positions, tree, P))
+        return logits[-last:].float() if last is not None else logits.float()
+
+    def _logits(self, ids: torch.Tensor, P: int, positions, tree: torch.Tensor | None,
+                last: int | None) -> torch.Tensor:
+        """The model's logits [1, rows, V] for ``ids`` after P cached slots (``forward``'s arguments)."""
+        q = ids.shape[1]
         slots = torch.arange(P, P + q, device=self.device)
         kwargs = {self.cache_kw: self.cache, "use_cache": True, "cache_position": slots}
         if positions is not None or tree is not None:
@@ -296,11 +331,7 @@ class DynamicEngine(Engine):
             kwargs.update(position_ids=pos.view(1, -1), attention_mask=attention_mask(P, keep, P, P + q, self.dtype))
         if last is not None and self.can_keep_last:
             kwargs["logits_to_keep"] = last
-        with numerics(self.model), self.clock.timing():  # the model's attention-backend / strict-numerics policy
-            logits = self.model(input_ids=ids, **kwargs).logits
-        self.forwards += 1
-        self.forward_log.append(log_entry(ids, positions, tree, P))
-        return logits[0, -last:].float() if last is not None else logits[0].float()
+        return self.model(input_ids=ids, **kwargs).logits
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` cached slots."""

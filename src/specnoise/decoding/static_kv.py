@@ -91,7 +91,8 @@ class StaticEngine(Engine):
     # ------------------------------------------------------------------------------------------ forward
     @torch.inference_mode()
     def forward(self, tokens, positions=None, tree: torch.Tensor | None = None,
-                last: int | None = None) -> torch.Tensor:
+                last: int | None = None, prefix: int = 0) -> torch.Tensor:
+        # (``prefix`` is ignored: every forward here, AR's prefill too, is one masked block over the allocated cache)
         ids = as_ids(tokens, self.device).view(-1)
         P, q = self._length, ids.numel()
         pos = (torch.arange(P, P + q, device=self.device) if positions is None

@@ -231,7 +231,8 @@ class Verifier:
             positions = (shape.offsets + root).clamp_(max=engine.max_length - 1)  # guesses may reach past the context
             if m > 1:
                 positions = torch.cat([torch.arange(P, root, device=engine.device), positions])
-            logits = yield Forward(engine, block, positions, with_prefix(shape.mask, m - 1), shape.last)
+            # (the pending tokens, the prompt at a first step, are a causal run: an engine may feed them on their own)
+            logits = yield Forward(engine, block, positions, with_prefix(shape.mask, m - 1), shape.last, prefix=m)
         if self.vocab is not None:
             logits = logits[:, :self.vocab]
         nodes = tokens[:shape.nodes] if shape.prefix else tokens.index_select(0, shape.rows[1:] - 1)
