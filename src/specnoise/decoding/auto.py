@@ -19,7 +19,8 @@ n-grams, Ouroboros' drafts then phrases), ``Drafter.select(parents)`` for a temp
 from step to step (TR-Jacobi's, Token Recycling's and SAM's fallback trees): there the controller ranks the nodes
 itself. An empty pick is a plain AR step with no draft work at all. Per stream of candidates (a drafter may have
 two: SAM's matched chain and its tree fallback) and per node, it keeps how often the node was accepted when its
-parent's path was, p(node) = p(parent) x that rate, and verifies the k nodes (or the prefix of k) that maximise
+parent's path was, p(node) = p(parent) x that rate (a node's children's rates add up to 1 at most: one of them at
+most is right), and verifies the k nodes (or the prefix of k) that maximise
 expected accepted tokens per second,
 
     (1 + p_1 + ... + p_k) / (t(1 + extra + k) + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
@@ -597,21 +598,29 @@ class Nodes:
 
     def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
         """Each node's chance that its whole path is accepted: its parent's times its own conditional rate
-        (hits + 1) / (trials + 1), optimistic for a node never tried (it looks as good as its parent). Nodes not
-        allowed (and so their descendants) get -1. Parents come before their children."""
+        (hits + 1) / (trials + 1), optimistic for a node never tried (it looks as good as its parent), and no more than
+        its earlier siblings leave: at most one child of a node can be right (``observe``), so the siblings' rates add
+        up to 1 at most, taken in the drafter's order (likeliest first). Uncapped, a node's K children added up to
+        (hits + K) / (trials + 1): REST's untried trie nodes under the root each looked certain, and it verified
+        39-64-node tries at the start of a run, each costing 2-3 AR steps for one token. Nodes not allowed (and so
+        their descendants) get -1. Parents come before their children."""
         out: list[float] = []
         append, tried, trials, hits = out.append, len(self.trials), self.trials, self.hits
+        left = [1.0] * (len(parents) + 1)  # per input (the root first): the rate its children may still take
         for i, parent in enumerate(parents):  # runs for every node at every step: kept to plain list work
             above = 1.0 if parent < 0 else out[parent]
             if above < 0 or (allow is not None and not allow[i]):
                 append(-1.0)
-            elif i < tried:
-                # the rate first, then the product, capped at the parent's: (above * (h + 1)) / (t + 1) can round one
-                # ulp above ``above`` when h = t, and a child ranked before its parent breaks the pick's tree
-                product = above * ((hits[i] + 1) / (trials[i] + 1))
-                append(product if product < above else above)
-            else:
-                append(above)
+                continue
+            rate = (hits[i] + 1) / (trials[i] + 1) if i < tried else 1.0
+            room = left[parent + 1]
+            if rate > room:
+                rate = room
+            left[parent + 1] = room - rate
+            # the rate first, then the product, capped at the parent's: (above * (h + 1)) / (t + 1) can round one ulp
+            # above ``above`` when h = t, and a child ranked before its parent breaks the pick's tree
+            product = above * rate
+            append(product if product < above else above)
         return out
 
     def observe(self, parents: list[int], proposed: list[int], accepted: set[int]) -> None:
