@@ -827,6 +827,15 @@ def test_a_graph_engines_template_pick_changes_only_for_a_clear_gain():
     assert 4 * picks[auto.STICKY][0] < picks[0.0][0] and picks[auto.STICKY][1] < picks[0.0][1], picks
 
 
+def both_roots_right() -> Nodes:
+    """Statistics of the template [-1, 0, 1, -1, 3, 0] whose two root children are both right at times (at most one
+    child of a node is right: beside a sibling that always is, a node is worth nothing), so that every node pays on a
+    flat curve."""
+    nodes = Nodes()
+    nodes.trials, nodes.hits = [10.0] * 6, [5.0, 0.0, 0.0, 4.0, 0.0, 0.0]
+    return nodes
+
+
 def test_a_graph_engines_kept_template_is_ranked_ever_more_rarely():
     """On a graph engine a template whose rankings keep the pick is ranked ever more rarely (the interval doubles from
     auto.RERANK up to auto.RERANK_MAX), and a ranking that changes the pick starts over at RERANK: on an H100's flat
@@ -834,10 +843,7 @@ def test_a_graph_engines_kept_template_is_ranked_ever_more_rarely():
     parents = [-1, 0, 1, -1, 3, 0]
     flat = lambda q, kind=CHAIN: 1.0  # noqa: E731 - every size costs one AR step: the whole template pays
     controller = Controller(flat, sticky=auto.STICKY)
-    # both root children are right at times (at most one child of a node is right: beside a sibling that always is, a
-    # node is worth nothing), so every node pays on a flat curve
-    controller.streams["t"] = Nodes()
-    controller.streams["t"].trials, controller.streams["t"].hits = [10.0] * 6, [5.0, 0.0, 0.0, 4.0, 0.0, 0.0]
+    controller.streams["t"] = both_roots_right()
     ranked = []
     for step in range(200):
         explores = "t" in controller.streams and controller.streams["t"].explore.pending()
@@ -868,10 +874,7 @@ def test_a_graph_engines_kept_whole_template_is_observed_on_a_sample_and_never_r
     parents = [-1, 0, 1, -1, 3, 0]
     flat = lambda q, kind=CHAIN: 1.0  # noqa: E731 - every size costs one AR step: the whole template pays
     controller = Controller(flat, sticky=auto.STICKY)
-    # both root children are right at times (at most one child of a node is right: beside a sibling that always is, a
-    # node is worth nothing), so every node pays on a flat curve
-    controller.streams["t"] = Nodes()
-    controller.streams["t"].trials, controller.streams["t"].hits = [10.0] * 6, [5.0, 0.0, 0.0, 4.0, 0.0, 0.0]
+    controller.streams["t"] = both_roots_right()
     ranked, observed, rank = [], [], Nodes.p
     monkeypatch.setattr(Nodes, "p", lambda self, *a: ranked.append(True) or rank(self, *a))  # counts rankings
     for step in range(200):

@@ -601,9 +601,10 @@ class Nodes:
         (hits + 1) / (trials + 1), optimistic for a node never tried (it looks as good as its parent), and no more than
         its earlier siblings leave: at most one child of a node can be right (``observe``), so the siblings' rates add
         up to 1 at most, taken in the drafter's order (likeliest first). Uncapped, a node's K children added up to
-        (hits + K) / (trials + 1): REST's untried trie nodes under the root each looked certain, and it verified
-        39-64-node tries at the start of a run, each costing 2-3 AR steps for one token. Nodes not allowed (and so
-        their descendants) get -1. Parents come before their children."""
+        (hits + K) / (trials + 1), and K untried ones to K: REST's rarely tried root children each scored 0.25-1.0 and
+        it verified 39-64-node tries for one token each (capped, it still verified some 13-47-node ones on that
+        prompt: an untried node deep in a branch still looks as good as its parent). Nodes not allowed (and so their
+        descendants) get -1. Parents come before their children."""
         out: list[float] = []
         append, tried, trials, hits = out.append, len(self.trials), self.trials, self.hits
         left = [1.0] * (len(parents) + 1)  # per input (the root first): the rate its children may still take

@@ -208,8 +208,9 @@ class Clock:
 # SDPA's maskless causal path for the whole prompt, with a (P + q)^2 additive mask: 8 tree tokens after 1,024 prompt
 # tokens cost 27-46 ms more than AR's prefill of the prompt alone (170-190 ms), 10 ms more in two calls; at 512 tokens
 # both cost about the same, below it one call is cheaper by the second call's fixed cost (small-code-msn, one thread;
-# TR-Jacobi lost 0.26x AR on a 1,206-token Spec-Bench prompt of 14 new tokens to it). On a GPU the second call would
-# cost a whole decode step of the model while the masked attention stays fast: one forward there
+# in a scratch trace TR-Jacobi with decoder.auto ran 0.74x AR on a 1,206-token Spec-Bench prompt of 14 new tokens,
+# 0.91x with the prompt fed first; the measurement: experiments/hardware-aware/prefill-split.md). On a GPU the second
+# call would cost a whole decode step of the model while the masked attention stays fast (not measured): one forward
 SPLIT_PREFIX = 512
 
 
