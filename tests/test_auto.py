@@ -363,6 +363,52 @@ def test_a_real_run_tells_the_controller_whether_to_back_off(target, draft, tmp_
         assert decoder.auto.backoff is backoff, name
 
 
+def test_draft_forwards_are_priced_at_what_they_took_over_their_price_relative_to_the_targets():
+    """``DraftScale``: the draft's measured over priced seconds, over the target's, from forwards the curves probed
+    (a prefill or a catch-up past ``largest`` tokens is left out), the past generations weighing SCALE_FORGET."""
+    curve = lambda q, kind=CHAIN, context=None: 0.001 * q * (2 if kind == TREE else 1)  # noqa: E731
+    scale = auto.DraftScale(largest=8)
+    assert scale.scale == 1.0
+    # the target's forwards took 1.5x their price (a 100-token one, past the grid, 10x: left out)
+    scale.add("target", [(1, False, 10)] * 4 + [(100, False, 0)], [0.0015] * 4 + [1.0], curve)
+    assert scale.scale == 1.0  # no draft forward yet
+    scale.add("draft", [(1, False, 10), (3, True, 11), (50, False, 0)], [0.003, 0.018, 9.0], curve)  # 3x
+    assert scale.scale == pytest.approx(2.0)
+    scale.add("draft", [(1, False, 10)], [0.0015], curve)  # a generation at 1.5x: the past weighs 0.9
+    f = auto.SCALE_FORGET
+    assert scale.scale == pytest.approx((0.021 * f + 0.0015) / (0.007 * f + 0.001) / 1.5)
+    # a draft slowed less than the target is priced at its curve still (its host work is in no clock)
+    cheaper = auto.DraftScale(largest=8)
+    cheaper.add("target", [(1, False, 10)], [0.0015], curve)
+    cheaper.add("draft", [(2, True, 10)], [0.0048], curve)  # 1.2x
+    assert cheaper.scale == 1.0
+
+
+def test_a_run_scales_its_draft_prices_by_its_own_forwards_but_not_a_pinned_curves(target, draft, tmp_path):
+    """After each generation with auto, a decoder with a draft model sets ``draft_scale`` from its engines' per-forward
+    clocks and logs (recorded in its meta), and its draft prices carry it; on a pinned curve (a committed study's) the
+    prices stay as committed."""
+    decoder = build_decoder(schema("speculative", auto=True, cost_cache=str(tmp_path)), target, draft)
+    out = decoder.generate(PROMPTS[0], 24)
+    assert len(decoder.target.clock.laps) == out.target_forwards and len(decoder.draft.clock.laps) == out.draft_forwards
+    assert sum(decoder.draft.clock.laps) == pytest.approx(out.draft_seconds)
+    scale, sums = decoder.draft_scale, decoder.scales.sums
+    assert sums["target"][0] > 0 and sums["draft"][0] > 0 and sums["target"][1] > 0 and sums["draft"][1] > 0
+    assert scale == decoder.scales.scale >= 1.0 and decoder.meta["auto"]["draft_scale"] == scale
+    assert sums["target"][0] < out.target_seconds  # the prefill left out
+    drafter, curve = decoder.drafter, decoder.curves["draft"]
+    assert drafter.draft_cost("speculative", 3) == pytest.approx(3 * curve(1, CHAIN, len(drafter.seq)) * scale)
+    pinned = build_decoder(schema("speculative", auto=True, cost_cache=str(tmp_path / "pinned.json")), target, draft)
+    pinned.generate(PROMPTS[0], 24)
+    assert not pinned.curves["target"].pinned  # written by this first run, which probed it: calibrated
+    again = build_decoder(schema("speculative", auto=True, cost_cache=str(tmp_path / "pinned.json")), target, draft)
+    for prompt in PROMPTS:
+        again.generate(prompt, 24)
+    assert again.curves["target"].pinned and again.curves["draft"].pinned and again.draft_scale == 1.0
+    assert again.scales.sums == {"target": [0.0, 0.0], "draft": [0.0, 0.0]}
+    assert again.meta["auto"]["draft_scale"] == 1.0
+
+
 def test_lookaheads_window_backs_off_in_a_run_of_ar_steps(target, draft):
     """Where its n-grams never pay and its window is not nearly free (the steep curve), Lookahead runs the window on
     the steps the backoff explores, not on every EXPLORE-th one: 5 windows in 400 AR steps, not 25."""

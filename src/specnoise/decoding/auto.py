@@ -26,7 +26,8 @@ expected accepted tokens per second,
     (1 + p_1 + ... + p_k) / (t(1 + extra + k) + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
 
 with t the target curve at the step's context (``extra``: rows fed beside the tree, Lookahead's window), ``draft_cost``
-what drafting k tokens costs a draft model, and ``catch_up`` what it costs, beyond that, to feed the draft model first
+what drafting k tokens costs a draft model (its curve times what the run's draft forwards take over their price,
+relative to the target's: ``DraftScale``), and ``catch_up`` what it costs, beyond that, to feed the draft model first
 the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft keeps up, so
 each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
 benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they
@@ -244,7 +245,7 @@ class Curve:
         # on the CPU the process's CPU time: what a forward costs, which other jobs on the machine do not inflate
         # (they do inflate wall time, the more the longer the forward); on a GPU wall time, synchronised
         clock = time.process_time if engine.device.type == "cpu" else time.perf_counter
-        saved = engine.clock.host, list(engine.clock.events)  # the probe leaves the engine as found
+        saved = list(engine.clock.host), list(engine.clock.events)  # the probe leaves the engine as found
         # a batch's forward always has the 4D mask: there a chain costs what a tree does, probed once
         for kind in (CHAIN, TREE) if self.rows == 1 else (TREE,):
             for times, sizes, cache_len in ((self.times, todo, context), (self.near, near_todo, near)):
@@ -320,6 +321,45 @@ class Curve:
                 "t1_ms": round(self.times[CHAIN][1] * 1e3, 3),
                 "near_context": self.near_context, "near_t1_ms": None if near is None else round(near * 1e3, 3),
                 "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE), "rows": self.rows}
+
+
+class DraftScale:
+    """What the run's draft forwards take over what the draft's curve prices them at, relative to the same for the
+    target's: the factor decoder.auto prices draft forwards by (``Decoder.draft_scale``, one per decoder: its draft
+    forwards are mostly of one shape). A curve is timed in a tight loop of one model's forwards; in a generation a
+    draft forward follows a target forward, which evicted the small model's weights and working set from the caches.
+    On the 2-core CPU (Spec-Bench-10, the shipped pair) speculative decoding's one-token draft forwards took 1.20-1.28x
+    their price relative to the target's, and priced by the curves alone it drafted where drafting lost time
+    (0.94-0.98x AR, 1.00-1.01x with the scale); Ouroboros' ~61-row lookahead steps took 0.83x (see ``scale``). The two
+    ratios are kept per generation with weight ``SCALE_FORGET`` for the past, over the forwards the curves probed (at
+    most ``largest`` tokens: not a prefill, which the curves extend beyond their grid, nor a draft's catch-up over a
+    long prompt)."""
+
+    def __init__(self, largest: int):
+        self.largest = largest
+        self.sums = {"target": [0.0, 0.0], "draft": [0.0, 0.0]}  # per role: measured seconds, priced seconds
+
+    def add(self, role: str, forwards: list[tuple], laps: list[float], curve) -> None:
+        """One generation's forwards of ``role`` (``Engine.forward_log`` entries) and their measured seconds."""
+        sums = self.sums[role]
+        sums[0] *= SCALE_FORGET
+        sums[1] *= SCALE_FORGET
+        for (q, masked, context), seconds in zip(forwards, laps):
+            if q <= self.largest:
+                sums[0] += seconds
+                sums[1] += curve(q, TREE if masked else CHAIN, context)
+
+    @property
+    def scale(self) -> float:
+        """Measured over priced for the draft, over the same for the target (1 until both have forwards), and 1 at the
+        least: a draft's host work outside its forwards (a lookahead step's ~1.4 ms on the CPU) is in no clock, so a
+        draft priced below its curve looks cheaper than drafting is (Ouroboros' 61-row steps measured 0.83-0.84x, and
+        priced so it drafted more and ran 1.000 -> 0.974x AR on HumanEval-10)."""
+        (td, pd), (tt, pt) = self.sums["draft"], self.sums["target"]
+        return max(1.0, (td / pd) / (tt / pt)) if pd > 0 and pt > 0 and tt > 0 else 1.0
+
+
+SCALE_FORGET = 0.9  # weight of the past generations' forwards in ``DraftScale``
 
 
 class Batched:

@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DECODER_SCHEMAS
-from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve, Plan
+from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve, DraftScale, Plan
 from specnoise.decoding.batch import BatchKV, lockstep
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
@@ -143,6 +143,11 @@ class Drafter:
         """Seconds the draft model needs, beyond ``draft_cost``, to be fed the text it has not seen before it drafts."""
         return 0.0
 
+    def draft_price(self, q: float, kind: str, context: float | None = None) -> float:
+        """decoder.auto: seconds of a draft forward of q tokens, as its curve prices it inside a generation (the curve's
+        price times ``Decoder.draft_scale``)."""
+        return self.decoder.curves["draft"](q, kind, context) * self.decoder.draft_scale
+
     def priced_drafting(self) -> dict:
         """The controller's ``draft_cost`` and ``catch_up``, None for a drafter without a draft model (nothing to add
         per size)."""
@@ -228,6 +233,9 @@ class Decoder:
         self.curves: dict[str, Curve] = {}  # decoder.auto: t(q) of the target ("target") and the draft ("draft")
         # ... and of their lock-step forward of B rows, per B and context
         self.batch_curves: dict[tuple[str, int, int], Curve] = {}
+        # ... and the factor it prices draft forwards by: their measured over their priced time, relative to the
+        # target's (``calibrate``; 1 for a pinned curve, whose prices a committed study reproduces as they are)
+        self.draft_scale, self.scales = 1.0, DraftScale(0)
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
         self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
         if self.drafter is not None:
@@ -305,10 +313,25 @@ class Decoder:
         self.auto.begin()
 
     def record_auto(self) -> None:
-        """decoder.auto's record in the drafter's meta (results.json): the target curve and the controller's streams."""
+        """decoder.auto's record in the drafter's meta (results.json): the target curve, the draft's scale and the
+        controller's streams."""
         curve = self.curves.get("target")
         self.drafter.meta["auto"] = {**(curve.describe() if hasattr(curve, "describe") else {}),
+                                     **({"draft_scale": self.draft_scale} if "draft" in self.curves else {}),
                                      "streams": self.auto.describe()}
+
+    def calibrate(self, fed: tuple[list, list]) -> None:
+        """decoder.auto with a draft model, after a generation (``fed``: its target and draft forwards, as logged):
+        ``draft_scale`` from what its forwards took (auto.py ``DraftScale``; the target's prefill left out). Curves
+        probed on this machine only: a pinned curve's prices stay as committed."""
+        curves = [self.curves.get(role) for role in ("target", "draft")]
+        if not all(isinstance(curve, Curve) and not curve.pinned for curve in curves):
+            return
+        if not self.scales.largest:
+            self.scales = DraftScale(min(largest_probe(self.target), largest_probe(self.draft)))
+        self.scales.add("target", fed[0][1:], self.target.clock.laps[1:], curves[0])
+        self.scales.add("draft", fed[1], self.draft.clock.laps, curves[1])
+        self.draft_scale = self.scales.scale
 
     def start_auto_rows(self, rows: list[Decoder], reach: int) -> None:
         """decoder.auto in a batch: each row slot prices its steps at its share of the batched forward, t_B(q) / B
@@ -395,6 +418,8 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.after_generation()
             if self.auto is not None:
+                if self.draft is not None:
+                    self.calibrate(fed)
                 self.record_auto()
             target_seconds, draft_seconds = self.target.seconds, self.draft.seconds if self.draft is not None else 0.0
         return DecodeOutput(
@@ -474,6 +499,7 @@ class Decoder:
             row = copy.copy(self)
             row.row_slots = []  # a row has no rows of its own
             row.auto, row.curves = None, {}  # decoder.auto: the row's own controller (start_auto_rows)
+            row.draft_scale = 1.0  # ... pricing its draft forwards by the batched curve alone (calibrated at batch 1)
             row.drafter = self.drafter.fork(row)
             self.row_slots.append(row)
         return self.row_slots[:n]

@@ -174,15 +174,16 @@ def cache_keyword(model: torch.nn.Module) -> str:
 
 
 class Clock:
-    """Seconds spent inside model forwards. On CUDA from events, so no forward waits for the device; read ``seconds``
-    after the generation's final sync."""
+    """Seconds spent inside model forwards, per forward (``laps``). On CUDA from events, so no forward waits for the
+    device; read ``seconds`` and ``laps`` after the generation's final sync."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.reset()
 
     def reset(self) -> None:
-        self.host, self.events = 0.0, []
+        self.host: list[float] = []  # the CPU's forwards, timed on the host
+        self.events: list = []  # CUDA's, as (start, end) events
 
     @contextlib.contextmanager
     def timing(self):
@@ -195,11 +196,16 @@ class Clock:
         else:
             t = time.perf_counter()
             yield
-            self.host += time.perf_counter() - t
+            self.host.append(time.perf_counter() - t)
+
+    @property
+    def laps(self) -> list[float]:
+        """Seconds of each forward timed since the reset, in order."""
+        return self.host + [start.elapsed_time(end) / 1e3 for start, end in self.events]
 
     @property
     def seconds(self) -> float:
-        return self.host + sum(start.elapsed_time(end) for start, end in self.events) / 1e3
+        return sum(self.laps)
 
 
 # a block whose first tokens are a causal run (the prompt, fed with the first step's proposal) is fed in two model calls

@@ -173,12 +173,12 @@ class Ouroboros(Drafter):
         ran 0.82-0.85x AR on Spec-Bench-10's QA and math questions (MAT 1.5-1.7), where speculative decoding gained."""
         per_step, block = self.draft_steps()
         steps = max(1.0, min(k, self.cfg.gamma) / per_step) if k > 0 else 0.0
-        return steps * self.decoder.curves["draft"](block, TREE, len(self.seq))
+        return steps * self.draft_price(block, TREE, len(self.seq))
 
     def catch_up(self, stream):
         """The first lookahead step is fed every token the draft has not seen beside its block: beyond the block,
         that."""
-        return catch_up_cost(self.decoder.curves["draft"], len(self.seq) - self.draft.length, self.draft_steps()[1],
+        return catch_up_cost(self.draft_price, len(self.seq) - self.draft.length, self.draft_steps()[1],
                              TREE, self.draft.length)
 
     def draft_steps(self) -> tuple[float, float]:

@@ -120,11 +120,11 @@ class Speculative(Drafter):
         return Proposal(drafts, self.chain(drafts).shape, q=None if q is None else q.to(self.target.device))
 
     def draft_cost(self, stream, k):
-        return k * self.decoder.curves["draft"](1, CHAIN, len(self.seq))  # one one-token draft forward per token
+        return k * self.draft_price(1, CHAIN, len(self.seq))  # one one-token draft forward per token
 
     def catch_up(self, stream):
         """The first draft forward is fed every token the draft has not seen: beyond a one-token forward, that."""
-        return catch_up_cost(self.decoder.curves["draft"], len(self.seq) - self.draft.length, cached=self.draft.length)
+        return catch_up_cost(self.draft_price, len(self.seq) - self.draft.length, cached=self.draft.length)
 
     def observe(self, v):
         before = len(self.seq)
