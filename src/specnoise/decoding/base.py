@@ -235,7 +235,7 @@ class Decoder:
         self.batch_curves: dict[tuple[str, int, int], Curve] = {}
         # ... and the factor it prices draft forwards by: their measured over their priced time, relative to the
         # target's (``calibrate``; 1 for a pinned curve, whose prices a committed study reproduces as they are)
-        self.draft_scale, self.scales = 1.0, DraftScale(0)
+        self.draft_scale, self.scales = 1.0, None  # (scales: a DraftScale from the first calibrated generation)
         self.drafter = self.drafter_class(cfg, self) if self.drafter_class is not None else None
         self.bind(engine_for(target), engine_for(draft, "draft") if self.needs_draft else None)
         if self.drafter is not None:
@@ -327,7 +327,7 @@ class Decoder:
         curves = [self.curves.get(role) for role in ("target", "draft")]
         if not all(isinstance(curve, Curve) and not curve.pinned for curve in curves):
             return
-        if not self.scales.largest:
+        if self.scales is None:
             self.scales = DraftScale(min(largest_probe(self.target), largest_probe(self.draft)))
         self.scales.add("target", fed[0][1:], self.target.clock.laps[1:], curves[0])
         self.scales.add("draft", fed[1], self.draft.clock.laps, curves[1])
