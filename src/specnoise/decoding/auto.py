@@ -328,9 +328,9 @@ class DraftScale:
     target's: the factor decoder.auto prices draft forwards by (``Decoder.draft_scale``, one per decoder: its draft
     forwards are mostly of one shape). A curve is timed in a tight loop of one model's forwards; in a generation a
     draft forward follows a target forward, which evicted the small model's weights and working set from the caches.
-    On the 2-core CPU (Spec-Bench-10, the shipped pair) speculative decoding's one-token draft forwards took 1.20-1.28x
+    On the 2-core CPU (Spec-Bench-10, the shipped pair) speculative decoding's one-token draft forwards took 1.20-1.51x
     their price relative to the target's, and priced by the curves alone it drafted where drafting lost time
-    (0.94-0.98x AR, 1.00-1.01x with the scale); Ouroboros' ~61-row lookahead steps took 0.83x (see ``scale``). The two
+    (0.92-0.98x AR, 0.96-1.01x with the scale); Ouroboros' ~61-row lookahead steps took 0.83x (see ``scale``). The two
     ratios are kept per generation with weight ``SCALE_FORGET`` for the past, over the forwards the curves probed (at
     most ``largest`` tokens: not a prefill, which the curves extend beyond their grid, nor a draft's catch-up over a
     long prompt)."""
