@@ -321,9 +321,9 @@ class Decoder:
                                      "streams": self.auto.describe()}
 
     def calibrate(self, fed: tuple[list, list]) -> None:
-        """decoder.auto with a draft model, after a generation (``fed``: its target and draft forwards, as logged):
-        ``draft_scale`` from what its forwards took (auto.py ``DraftScale``; the target's prefill left out). Curves
-        probed on this machine only: a pinned curve's prices stay as committed."""
+        """decoder.auto, after a generation (``fed``: its target and draft forwards, as logged): ``draft_scale`` from
+        what its forwards took (auto.py ``DraftScale``; the target's prefill left out). Only with a draft model (a
+        curve for it), and only on curves probed on this machine: a pinned curve's prices stay as committed."""
         curves = [self.curves.get(role) for role in ("target", "draft")]
         if not all(isinstance(curve, Curve) and not curve.pinned for curve in curves):
             return
@@ -418,8 +418,7 @@ class Decoder:
         if self.drafter is not None:
             self.drafter.after_generation()
             if self.auto is not None:
-                if self.draft is not None:
-                    self.calibrate(fed)
+                self.calibrate(fed)
                 self.record_auto()
             target_seconds, draft_seconds = self.target.seconds, self.draft.seconds if self.draft is not None else 0.0
         return DecodeOutput(
