@@ -8,6 +8,7 @@ controller's exploration is a plain AR step; a moderate one mixes sizes, the cas
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -407,6 +408,92 @@ def test_a_run_scales_its_draft_prices_by_its_own_forwards_but_not_a_pinned_curv
     assert again.curves["target"].pinned and again.curves["draft"].pinned and again.draft_scale == 1.0
     assert again.scales is None  # nothing kept
     assert again.meta["auto"]["draft_scale"] == 1.0
+
+
+def test_step_times_price_host_work_in_curve_seconds_and_forget_per_step():
+    """``StepTimes``: host work (a step's wall time outside its forwards) per kind of step, in the curve's seconds (over
+    what AR steps' forwards take over their price); a drafted step carries an AR step's until one was timed."""
+    times = auto.StepTimes()
+    assert times.step_host(False) == times.step_host(True) == 0.0
+    times.add(seconds=0.013, forwards=0.012, drafted=False, measured=0.012, priced=0.010)  # 1.2x its price
+    assert times.ar_seconds == 0.013 and times.pace == pytest.approx(1.2)
+    assert times.step_host(False) == times.step_host(True) == pytest.approx(0.001 / 1.2)
+    # a drafted step (a draft model's forwards among its forwards: only the target's set the pace)
+    times.add(seconds=0.030, forwards=0.024, drafted=True, measured=0.018, priced=0.015)
+    assert times.pace == pytest.approx(1.2) and times.ar_seconds == 0.013
+    assert times.step_host(True) == pytest.approx(0.006 / 1.2) and times.step_host(False) == pytest.approx(0.001 / 1.2)
+    times.add(seconds=0.011, forwards=0.010, drafted=False, measured=0.010, priced=0.010)
+    f = auto.STEP_FORGET
+    assert times.pace == pytest.approx(1.2 * f + 1.0 * (1 - f))
+    assert times.ar_seconds == pytest.approx(0.013 * f + 0.011 * (1 - f))
+    assert times.step_host(False) == pytest.approx(0.001 / 1.2 * f + 0.001 / times.pace * (1 - f))
+    described = times.describe()
+    assert described["host_ms"]["drafted_step"] == pytest.approx(5.0, abs=1e-3) and described["ar_step_ms"] > 0
+    drafting = auto.StepTimes()  # a run of drafted steps only (TR-Jacobi on code): priced by its own pace
+    drafting.add(seconds=0.030, forwards=0.024, drafted=True, measured=0.024, priced=0.020)
+    assert drafting.step_host(True) == pytest.approx(0.005) and drafting.ar_seconds is None
+
+
+def test_host_work_is_priced_on_top_of_the_forwards():
+    """A drafted step's host work can make an AR step the better pick, where the forwards alone say draft."""
+    chain = chain_parents(3)
+    nodes = Nodes()
+    for _ in range(200):  # depth 1 always accepted, the rest never: k = 1 gives 2 tokens
+        nodes.observe(chain, [0, 1, 2], {0})
+    picks = {}
+    for host in (0.0, 0.5, 2.0):  # seconds of host work per drafted step (an AR step's: 0.1)
+        controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1))
+        controller.streams["s"] = copy.deepcopy(nodes)
+        controller.times = auto.StepTimes()
+        controller.times.pace, controller.times.host = 1.0, [0.1, host]
+        picks[host] = controller.size("s", 3, CHAIN)
+    # k = 1: 2 tokens / (1.2 + host) against 1 / 1.1
+    assert picks == {0.0: 1, 0.5: 1, 2.0: 0}
+    controller.times = None
+    assert controller.size("s", 3, CHAIN) == 1  # priced by the forwards alone
+
+
+def test_an_exploration_is_judged_by_its_time_when_the_steps_are_timed():
+    """Past an AR best pick an exploration drafts; with step times it paid when its tokens per second of wall time beat
+    an AR step's, whatever its price said (its gap to the next one doubles when it did not)."""
+    chain = chain_parents(2)
+    gaps = {}
+    for name, seconds in (("priced", None), ("slow", 3.5), ("fast", 2.5)):
+        controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1))
+        nodes = controller.nodes_of("s")
+        for _ in range(200):
+            nodes.observe(chain, [0, 1], set())  # the statistics: drafting never pays (an AR best pick)
+        if seconds is not None:
+            controller.times = auto.StepTimes()
+            controller.times.add(seconds=1.0, forwards=0.9, drafted=False, measured=0.9, priced=1.0)
+        for _ in range(auto.EXPLORE):
+            k = controller.size("s", 2, CHAIN)
+            tokens = [1] * (k + 1)
+            controller.observe(SimpleNamespace(shape=SimpleNamespace(nodes=k), accepted=k, path=list(range(k + 1)),
+                                               tokens=tokens))  # (this step every draft is accepted)
+            if seconds is not None:
+                controller.timed(seconds if k else 1.0, 0.9, bool(k), 0.9, 1.0)
+        assert k == 2 and nodes.explore.steps == auto.EXPLORE  # the last step explored, past an AR best pick
+        gaps[name] = nodes.explore.gap
+    # by price: 3 tokens / 2 s > 1 / 1 s; by time: 3 tokens in 3.5 s do not beat 1 a second, in 2.5 s they do
+    assert gaps == {"priced": auto.EXPLORE, "slow": 2 * auto.EXPLORE, "fast": auto.EXPLORE}
+
+
+def test_a_run_times_its_steps_but_not_on_a_pinned_curve(target, draft, tmp_path):
+    """With a curve probed on this machine a CPU run times its steps after the prefill: host work per AR and drafted
+    step (recorded in meta); on a pinned curve (a committed study's) its choices come from the prices alone."""
+    decoder = build_decoder(schema("pld", auto=True, cost_cache=str(tmp_path / "pinned.json")), target, draft)
+    timed = []
+    decoder.generate(PROMPTS[0], 4)
+    decoder.auto.timed = lambda *args, f=decoder.auto.timed: timed.append(args) or f(*args)
+    out = decoder.generate(PROMPTS[1], 24)
+    times = decoder.auto.times
+    assert len(timed) == out.target_forwards - 2  # not the prefill, not the last step
+    assert all(seconds > forwards >= measured > 0 and priced > 0 for seconds, forwards, _, measured, priced in timed)
+    assert times.ar_seconds > 0 and times.host[0] > 0 and decoder.meta["auto"]["host_ms"]["ar_step"] > 0
+    again = build_decoder(schema("pld", auto=True, cost_cache=str(tmp_path / "pinned.json")), target, draft)
+    again.generate(PROMPTS[0], 8)
+    assert again.curves["target"].pinned and again.auto.times is None and "host_ms" not in again.meta["auto"]
 
 
 def test_lookaheads_window_backs_off_in_a_run_of_ar_steps(target, draft):

@@ -23,19 +23,21 @@ parent's path was, p(node) = p(parent) x that rate (a node's children's rates ad
 most is right), and verifies the k nodes (or the prefix of k) that maximise
 expected accepted tokens per second,
 
-    (1 + p_1 + ... + p_k) / (t(1 + extra + k) + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
+    (1 + p_1 + ... + p_k) / (t(1 + extra + k) + h + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
 
-with t the target curve at the step's context (``extra``: rows fed beside the tree, Lookahead's window), ``draft_cost``
-what drafting k tokens costs a draft model (its curve times what the run's draft forwards take over their price,
-relative to the target's: ``DraftScale``), and ``catch_up`` what it costs, beyond that, to feed the draft model first
-the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft keeps up, so
-each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
+with t the target curve at the step's context (``extra``: rows fed beside the tree, Lookahead's window), h the host
+work a step of its kind (AR, k = 0, or drafted) carried in this run (``StepTimes``; 0 without step times),
+``draft_cost`` what drafting k tokens costs a draft model (its curve times what the run's draft forwards take over
+their price, relative to the target's: ``DraftScale``), and ``catch_up`` what it costs, beyond that, to feed the draft
+model first the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft
+keeps up, so each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
 benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they
 follow the current text. A node never tried looks as good as its parent (optimism: the pick grows until it learns
 better), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it
 keep being observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft
 model dearer than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per
-second fall short of an AR step's, the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays,
+second fall short of an AR step's (by their wall time where the steps are timed, ``StepTimes``; else by their prices),
+the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays,
 or a non-empty best pick, brings it back to ``EXPLORE``. An exploration whose draft model would first catch up with
 more text than the exploration itself costs (a long prompt) waits, as one that did not pay would. A new generation
 (a new text, where drafting may pay again) explores at its ``EXPLORE``-th step, and if that does not pay either the
@@ -360,6 +362,62 @@ class DraftScale:
 
 
 SCALE_FORGET = 0.9  # weight of the past generations' forwards in ``DraftScale``
+
+
+class StepTimes:
+    """What a run's steps took, for a controller at batch 1 on the CPU with a curve probed on this machine
+    (``Controller.times``; ``Decoder.steps`` times each step after the first). Two things the curve does not see:
+
+    - **Host work** per step outside the forwards (the drafter's candidates, the verify ops, the KV commit, the
+      controller itself), kept per kind of step, AR and drafted, and priced on top of the forwards. On the shipped
+      small-code-msn (one thread, ~4.7 ms AR step) an AR step carries 0.27 ms, a tree drafter's drafted step 0.7-0.8
+      ms, speculative decoding's 0.86 ms and an Ouroboros lookahead step 2.8 ms. In curve seconds: divided by what
+      the steps' target forwards take over their price (``pace``: the curve is the fastest of several probes).
+    - **An exploration's worth**, judged by its own wall time against an AR step's (``ar_seconds``), not by its price:
+      on Spec-Bench-10 Ouroboros' explorations took 1.37x their price (a draft model's catch-up over the prompt, its
+      host work) and 24 of 45 "paid" by their price against 9 by their time, so its gap never backed off, and its
+      ~1 exploration per generation cost 2-3% of the run.
+
+    Each mean forgets the past with weight ``STEP_FORGET`` per step of its kind."""
+
+    def __init__(self):
+        self.ar_seconds: float | None = None  # an AR step's wall seconds
+        self.pace: float | None = None  # the target forwards' seconds over their price
+        self.host: list[float | None] = [None, None]  # host seconds of an AR step, of a drafted step (curve units)
+
+    def add(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float) -> None:
+        """One step: its wall ``seconds``, the seconds inside its forwards (the draft's too), whether it drafted, and
+        its target forwards' seconds and price."""
+        if not drafted:
+            self.ar_seconds = mean(self.ar_seconds, seconds)
+        if priced > 0:
+            self.pace = mean(self.pace, measured / priced)
+        if self.pace:
+            self.host[drafted] = mean(self.host[drafted], max(seconds - forwards, 0.0) / self.pace)
+
+    def step_host(self, drafted: bool) -> float:
+        """Host seconds a step of this kind carries (a drafted step's: an AR step's until one was timed)."""
+        ar, draft = self.host
+        return (draft if drafted and draft is not None else ar) or 0.0
+
+    def key(self) -> tuple:
+        """The host work's prices to 0.1 ms: a ranking that rested on them holds while they stay there
+        (``Controller.choose``: they move a little at every step)."""
+        return tuple(None if h is None else round(h * 1e4) for h in self.host)
+
+    def describe(self) -> dict:
+        ar, draft = self.host
+        return {"host_ms": {"ar_step": None if ar is None else round(ar * 1e3, 3),
+                            "drafted_step": None if draft is None else round(draft * 1e3, 3)},
+                "ar_step_ms": None if self.ar_seconds is None else round(self.ar_seconds * 1e3, 3)}
+
+
+STEP_FORGET = 0.95  # weight of the past per step in ``StepTimes`` (a half-life of ~14 steps of the kind)
+
+
+def mean(past: float | None, x: float) -> float:
+    """``StepTimes``' forgetting mean: ``x`` alone at first."""
+    return x if past is None else STEP_FORGET * past + (1 - STEP_FORGET) * x
 
 
 class Batched:
@@ -715,6 +773,10 @@ class Controller:
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
         self.plan: Plan | None = None  # in a lock-step batch: the rows' shared sizes (start_auto_rows)
         self.entered: tuple[str, bool] | None = None  # in a batch: ``idle`` entered this step's plan (stream, explore)
+        # at batch 1 on the CPU with a curve probed here (``Decoder.start_auto``): the run's step times, which price
+        # host work and judge explorations (None: prices alone, as a pinned curve's study reproduces them)
+        self.times: StepTimes | None = None
+        self.judging: tuple | None = None  # an exploration waiting for its step's time: (nodes, stream, tokens, size)
 
     @property
     def cost(self) -> Callable[[float, str], float]:
@@ -781,16 +843,25 @@ class Controller:
         speculative decoding and Ouroboros with auto explored in 16 of 20 HumanEval generations where drafting never
         paid (~300-token prompts, ~66 tokens each), at about 6% and 11% of their time."""
         self.sizes = []
-        self.asked = self.probe = None
+        self.asked = self.probe = self.judging = None
         for nodes in self.streams.values() if self.backoff and self.catch_up is None else ():
             nodes.explore.restart()
 
+    def host(self, drafted: bool) -> float:
+        """Host seconds of a step of this kind outside its forwards (``StepTimes``; 0 without step times)."""
+        return self.times.step_host(drafted) if self.times is not None else 0.0
+
+    def ar_price(self, kind: str = CHAIN, extra: int = 0) -> float:
+        """Seconds of an AR step: its forward and its host work."""
+        return self.t(1 + extra, kind) + self.host(False)
+
     def spend(self, stream: str, k: int, kind: str, extra: int, tokens: float) -> float:
         """Seconds of a step that verifies ``k`` candidates and is expected to emit ``tokens``: the target's forward,
-        the drafting of them and the tokens' share of the draft model's catch-up."""
-        if not (self.draft_cost and k):
-            return self.t(1 + extra + k, kind)
-        return self.t(1 + extra + k, kind) + self.draft_cost(stream, k) + tokens * self.share(stream)
+        its host work, the drafting of them and the tokens' share of the draft model's catch-up."""
+        if not k:
+            return self.ar_price(kind, extra)
+        spent = self.t(1 + extra + k, kind) + self.host(True)
+        return spent + self.draft_cost(stream, k) + tokens * self.share(stream) if self.draft_cost else spent
 
     def behind(self, stream: str) -> float:
         """Seconds of the draft model's catch-up before this step could draft (0 without a draft model)."""
@@ -826,7 +897,8 @@ class Controller:
         # the CPU). With a draft model the price of drafting only grows meanwhile (the draft falls further behind,
         # fewer tokens are left to share its catch-up), so an AR step stays the best pick
         still = (nodes.version, self.at(), getattr(self._cost, "version", 0), kind, extra, tuple(parents),
-                 None if cuts is None else tuple(cuts))  # (the tree itself: REST's changes from step to step)
+                 None if cuts is None else tuple(cuts),  # (the tree itself: REST's changes from step to step)
+                 self.times.key() if self.times is not None else None)
         if not explore and allow is None and nodes.still == still and self.plan is None:
             self.probe = None
             return self.picked(nodes, parents, [], stream)
@@ -872,7 +944,7 @@ class Controller:
             # costs more than ``DEAR`` AR steps: at B = 16 on the CPU TR-Jacobi's 5-token blocks cost 2.8 AR steps, and
             # its two explorations per 64-token batch cost ~4% of the batch without a step drafted after them
             price = self.spend(stream, probe, kind, extra, 0.0) if probe else 0.0
-            dear = price > DEAR * self.t(1 + extra, kind)
+            dear = price > DEAR * self.ar_price(kind, extra)
             if best or not (self.backoff or dear):  # drafting pays here: looking a little further is cheap
                 self.result(nodes, stream, paid=True)
             elif probe and self.behind(stream) > price:
@@ -937,7 +1009,8 @@ class Controller:
         price = self.price_list(kind, extra, max(sizes, default=0))
         draft = self.draft_cost
         share = self.share(stream)
-        best, best_rate, gain, done = 0, 1.0 / self.t(1, CHAIN), 1.0, 0
+        host = self.host(True)
+        best, best_rate, gain, done = 0, 1.0 / self.ar_price(), 1.0, 0
         for k in sizes:
             if k == 0:
                 continue
@@ -946,7 +1019,7 @@ class Controller:
             else:
                 gain += sum(max(p[i], 0.0) for i in order[done:k])
             done = k
-            rate = gain / (price[k] + draft(stream, k) + gain * share) if draft else gain / price[k]
+            rate = gain / (price[k] + host + draft(stream, k) + gain * share) if draft else gain / (price[k] + host)
             if rate > best_rate:
                 best, best_rate = k, rate
         return best, best_rate
@@ -1061,10 +1134,22 @@ class Controller:
         # a drafter may propose fewer than it was allowed (a shorter match)
         proposed = keep if v.shape.nodes >= len(keep) else keep[:v.shape.nodes]
         if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
-            paid = (1 + v.accepted) / self.probe > 1 / self.t(1, CHAIN)
-            self.result(nodes, stream, paid, 1 + v.accepted, len(proposed))
+            if self.times is not None and self.times.ar_seconds:  # judged by its time, once the step is done
+                self.judging = (nodes, stream, 1 + v.accepted, len(proposed))
+            else:
+                self.result(nodes, stream, (1 + v.accepted) / self.probe > 1 / self.ar_price(), 1 + v.accepted,
+                            len(proposed))
             self.probe = None
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
+
+    def timed(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float) -> None:
+        """A step is done (batch 1, with ``times``): ``StepTimes.add``'s figures. Judges the step's exploration by its
+        time against an AR step's."""
+        self.times.add(seconds, forwards, drafted, measured, priced)
+        if self.judging is not None and self.times.ar_seconds:
+            nodes, stream, tokens, size = self.judging
+            self.judging = None
+            self.result(nodes, stream, tokens / seconds > 1 / self.times.ar_seconds, tokens, size)
 
     def describe(self) -> dict:
         """What a run records: per stream, the mean chosen size, the last generation's sizes, the first nodes' p."""

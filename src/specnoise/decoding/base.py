@@ -20,7 +20,7 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DECODER_SCHEMAS
-from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve, DraftScale, Plan
+from specnoise.decoding.auto import CHAIN, STICKY, TREE, Batched, Controller, Curve, DraftScale, Plan, StepTimes
 from specnoise.decoding.batch import BatchKV, lockstep
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
@@ -207,6 +207,33 @@ def largest_probe(kv) -> int:
     return min(128, kv.max_length // 2)
 
 
+class StepTimer:
+    """decoder.auto at batch 1 on the CPU (auto.py ``StepTimes``): each step after the first (the prefill) timed, its
+    wall seconds, the seconds inside its forwards (the engines' clocks) and its target forwards' price, for the
+    controller to price host work and judge explorations by."""
+
+    def __init__(self, decoder: Decoder):
+        self.decoder, self.first = decoder, True
+        self.clocks = [kv.clock for kv in (decoder.target, decoder.draft) if kv is not None]
+
+    def start(self) -> None:
+        self.marks = [len(clock.host) for clock in self.clocks], len(self.decoder.target.forward_log)
+        self.started = time.perf_counter()
+
+    def stop(self, proposed: bool) -> None:
+        seconds = time.perf_counter() - self.started
+        if self.first:
+            self.first = False
+            return
+        laps, logged = self.marks
+        target, *draft = (clock.host[n:] for clock, n in zip(self.clocks, laps))
+        drafts = draft[0] if draft else []
+        decoder, curve = self.decoder, self.decoder.curves["target"]
+        priced = sum(curve(q, TREE if masked else CHAIN, context)
+                     for q, masked, context in decoder.target.forward_log[logged:])
+        decoder.auto.timed(seconds, sum(target) + sum(drafts), proposed or bool(drafts), sum(target), priced)
+
+
 class Decoder:
     """A drafter over the verifier (or, for the generate() peers, a ``decode`` of its own), named by its config.
 
@@ -271,7 +298,10 @@ class Decoder:
         verifier.begin(prompt, seed)
         drafter.begin(prompt, out.budget, seed)
         pending = upload(prompt, self.target.device)  # tokens without KV yet, the root last
+        timer = StepTimer(self) if auto is not None and auto.times is not None else None
         while True:
+            if timer is not None:
+                timer.start()
             if auto is not None:
                 auto.room = out.budget - len(out.tokens)  # tokens still to come (a draft model's catch-up is theirs)
                 # what the step's block attends to besides itself; in a batch the longest row's, which every row's
@@ -290,6 +320,8 @@ class Decoder:
                 return
             verifier.commit(v)
             pending = v.bonus
+            if timer is not None:
+                timer.stop(proposal.shape.nodes > 0)
 
     def start_auto(self, prompt_len: int, budget: int) -> None:
         """decoder.auto: the cost curves (from a short cache to a long context: the first prompt plus half the
@@ -308,6 +340,11 @@ class Decoder:
             self.auto = Controller(curve, backoff=self.drafter.backoff,
                                    sticky=STICKY if getattr(self.target, "graphs", False) else 0.0,
                                    **self.drafter.priced_drafting())
+            # its steps timed (host work, explorations' worth) where the clocks time forwards on the host and the
+            # curves were probed here: a pinned curve's study reproduces its choices from the prices alone
+            probed = all(isinstance(c, Curve) and not c.pinned for c in self.curves.values())
+            if probed and self.target.device.type == "cpu":
+                self.auto.times = StepTimes()
             for kv in filter(None, (self.target, self.draft)):
                 kv.reset()
         self.auto.begin()
@@ -316,8 +353,10 @@ class Decoder:
         """decoder.auto's record in the drafter's meta (results.json): the target curve, the draft's scale and the
         controller's streams."""
         curve = self.curves.get("target")
+        times = self.auto.times
         self.drafter.meta["auto"] = {**(curve.describe() if hasattr(curve, "describe") else {}),
                                      **({"draft_scale": self.draft_scale} if "draft" in self.curves else {}),
+                                     **(times.describe() if times is not None else {}),
                                      "streams": self.auto.describe()}
 
     def calibrate(self, fed: tuple[list, list]) -> None:
