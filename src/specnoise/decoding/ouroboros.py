@@ -187,10 +187,11 @@ class Ouroboros(Drafter):
         return (tokens / steps, rows / steps) if steps else (1.0, 1 + self.cfg.W * self.cfg.phrase_len)
 
     def observe(self, v):
+        before = len(self.seq)  # the draft was fed seq then (and its drafts after it)
         super().observe(v)
         if v.done:
             return
-        rewind(self.draft, self.fed, self.seq)
+        rewind(self.draft, self.fed, self.seq, before)
         if self.m == self.cfg.phrase_len:  # phrases cut short near the budget are no pool material
             self.harvest(v.extra, v.accepted)
 
