@@ -350,8 +350,8 @@ class Decoder:
         self.auto.begin()
 
     def record_auto(self) -> None:
-        """decoder.auto's record in the drafter's meta (results.json): the target curve, the draft's scale and the
-        controller's streams."""
+        """decoder.auto's record in the drafter's meta (results.json): the target curve, the draft's scale, the steps'
+        host work (``StepTimes``) and the controller's streams."""
         curve = self.curves.get("target")
         times = self.auto.times
         self.drafter.meta["auto"] = {**(curve.describe() if hasattr(curve, "describe") else {}),
