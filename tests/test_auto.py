@@ -429,6 +429,10 @@ def test_step_times_price_host_work_in_curve_seconds_and_forget_per_step():
     assert times.step_host(False) == pytest.approx(0.001 / 1.2 * f + 0.001 / times.pace * (1 - f))
     described = times.describe()
     assert described["host_ms"]["drafted_step"] == pytest.approx(5.0, abs=1e-3) and described["ar_step_ms"] > 0
+    # what came before the choice (a lookup) is sunk when choosing: the choice prices the rest, ``idle`` the whole
+    looked = auto.StepTimes()
+    looked.add(seconds=0.013, forwards=0.010, drafted=True, measured=0.010, priced=0.010, before=0.002)
+    assert looked.step_host(True) == pytest.approx(0.001) and looked.step_host(True, whole=True) == pytest.approx(0.003)
     drafting = auto.StepTimes()  # a run of drafted steps only (TR-Jacobi on code): priced by its own pace
     drafting.add(seconds=0.030, forwards=0.024, drafted=True, measured=0.024, priced=0.020)
     assert drafting.step_host(True) == pytest.approx(0.005) and drafting.ar_seconds is None
@@ -445,10 +449,13 @@ def test_host_work_is_priced_on_top_of_the_forwards():
         controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1))
         controller.streams["s"] = copy.deepcopy(nodes)
         controller.times = auto.StepTimes()
-        controller.times.pace, controller.times.host = 1.0, [0.1, host]
+        controller.times.pace, controller.times.after = 1.0, [0.1, host]
         picks[host] = controller.size("s", 3, CHAIN)
     # k = 1: 2 tokens / (1.2 + host) against 1 / 1.1
     assert picks == {0.0: 1, 0.5: 1, 2.0: 0}
+    # asked before its lookup (``idle``), a step is priced with its host work before the choice too
+    controller.times.after, controller.times.host = [0.1, 0.5], [0.1, 2.0]
+    assert controller.size("s", 3, CHAIN) == 1 and controller.idle("s", chain, CHAIN)
     controller.times = None
     assert controller.size("s", 3, CHAIN) == 1  # priced by the forwards alone
 
@@ -489,7 +496,9 @@ def test_a_run_times_its_steps_but_not_on_a_pinned_curve(target, draft, tmp_path
     out = decoder.generate(PROMPTS[1], 24)
     times = decoder.auto.times
     assert len(timed) == out.target_forwards - 2  # not the prefill, not the last step
-    assert all(seconds > forwards >= measured > 0 and priced > 0 for seconds, forwards, _, measured, priced in timed)
+    assert all(seconds > forwards >= measured > 0 and priced > 0 and 0 <= before < seconds - forwards
+               for seconds, forwards, _, measured, priced, before in timed)
+    assert any(before > 0 for *_, before in timed)  # PLD looks for its match, then asks (a step without one: no ask)
     assert times.ar_seconds > 0 and times.host[0] > 0 and decoder.meta["auto"]["host_ms"]["ar_step"] > 0
     again = build_decoder(schema("pld", auto=True, cost_cache=str(tmp_path / "pinned.json")), target, draft)
     again.generate(PROMPTS[0], 8)

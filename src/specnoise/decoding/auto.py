@@ -25,32 +25,31 @@ expected accepted tokens per second,
 
     (1 + p_1 + ... + p_k) / (t(1 + extra + k) + h + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
 
-with t the target curve at the step's context (``extra``: rows fed beside the tree, Lookahead's window), h the host
-work a step of its kind (AR, k = 0, or drafted) carried in this run (``StepTimes``; 0 without step times),
-``draft_cost`` what drafting k tokens costs a draft model (its curve times what the run's draft forwards take over
-their price, relative to the target's: ``DraftScale``), and ``catch_up`` what it costs, beyond that, to feed the draft
-model first the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft
-keeps up, so each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
+with t the target curve at the step's context (``extra``: rows fed beside the tree, Lookahead's window), h the host work
+a step of its kind (AR, k = 0, or drafted) carried in this run (``StepTimes``; 0 without step times), ``draft_cost``
+what drafting k tokens costs a draft model (its curve times what the run's draft forwards take over their price,
+relative to the target's: ``DraftScale``), and ``catch_up`` what it costs, beyond that, to feed the draft model first
+the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft keeps up, so
+each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
 benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they
 follow the current text. A node never tried looks as good as its parent (optimism: the pick grows until it learns
-better), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it
-keep being observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft
-model dearer than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per
-second fall short of an AR step's (by their wall time where the steps are timed, ``StepTimes``; else by their prices),
-the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays,
-or a non-empty best pick, brings it back to ``EXPLORE``. An exploration whose draft model would first catch up with
-more text than the exploration itself costs (a long prompt) waits, as one that did not pay would. A new generation
-(a new text, where drafting may pay again) explores at its ``EXPLORE``-th step, and if that does not pay either the
-gap goes on doubling from where the last generation left it (restarting the doubling per prompt made 2-3
-explorations per 128-token generation); a drafter with a draft model, whose exploration is first a catch-up over the
-whole text, does not restart: its explorations come every ``gap`` steps of the run, across generations. Drafters
-whose next candidates are made from what the target predicts at the verified nodes (TR-Jacobi's candidate matrix,
-Token Recycling's adjacency matrix, SAM's fallback) do not back off
+better), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being
+observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft model dearer
+than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per second fall short of
+an AR step's (by their wall time where the steps are timed, ``StepTimes``; else by their prices), the gap to the next
+one doubles, up to ``EXPLORE_MAX``; an exploration that pays, or a non-empty best pick, brings it back to ``EXPLORE``.
+An exploration whose draft model would first catch up with more text than the exploration itself costs (a long prompt)
+waits, as one that did not pay would. A new generation (a new text, where drafting may pay again) explores at its
+``EXPLORE``-th step, and if that does not pay either the gap goes on doubling from where the last generation left it
+(restarting the doubling per prompt made 2-3 explorations per 128-token generation); a drafter with a draft model, whose
+exploration is first a catch-up over the whole text, does not restart: its explorations come every ``gap`` steps of the
+run, across generations. Drafters whose next candidates are made from what the target predicts at the verified nodes
+(TR-Jacobi's candidate matrix, Token Recycling's adjacency matrix, SAM's fallback) do not back off
 (``Drafter.backoff``): an exploration feeds them candidates, a value that its own accepted tokens do not show, and
-backing off cost them forwards in the miniature; except where an exploration costs more than ``DEAR`` AR steps (a
-16-row batch's padded block on the CPU), which no fed candidate pays back. A drafter whose candidates cost host work
-to find (REST's corpus lookup) asks first whether the step could draft at all (``Controller.idle``) and skips the work
-where it could not.
+backing off cost them forwards in the miniature; except where an exploration costs more than ``DEAR`` AR steps (a 16-row
+batch's padded block on the CPU), which no fed candidate pays back. A drafter whose candidates cost host work to find
+(REST's corpus lookup) asks first whether the step could draft at all (``Controller.idle``) and skips the work where it
+could not.
 
 A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
@@ -378,32 +377,41 @@ class StepTimes:
       host work) and 24 of 45 "paid" by their price against 9 by their time, so its gap never backed off, and its
       ~1 exploration per generation cost 2-3% of the run.
 
-    Each mean forgets the past with weight ``STEP_FORGET`` per step of its kind."""
+    A step's host work before its controller chose (``before``: the candidates' lookup of a drafter that looks first,
+    REST's corpus search) is sunk when the choice is made: the choice prices what comes after it (``after``), and only
+    ``Controller.idle``, asked before the lookup, the whole step. Priced whole at the choice, REST's drafted steps
+    looked 0.6 ms dearer than its AR steps where 0.3 ms was still to spend, and it ran 3% slower on HumanEval-10 (two
+    side-by-side runs). Each mean forgets the past with weight ``STEP_FORGET`` per step of its kind."""
 
     def __init__(self):
         self.ar_seconds: float | None = None  # an AR step's wall seconds
         self.pace: float | None = None  # the target forwards' seconds over their price
         self.host: list[float | None] = [None, None]  # host seconds of an AR step, of a drafted step (curve units)
+        self.after: list[float | None] = [None, None]  # ... of their host seconds, those after the choice
 
-    def add(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float) -> None:
-        """One step: its wall ``seconds``, the seconds inside its forwards (the draft's too), whether it drafted, and
-        its target forwards' seconds and price."""
+    def add(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float,
+            before: float = 0.0) -> None:
+        """One step: its wall ``seconds``, the seconds inside its forwards (the draft's too), whether it drafted, its
+        target forwards' seconds and price, and the seconds before its controller chose (no forward runs before)."""
         if not drafted:
             self.ar_seconds = mean(self.ar_seconds, seconds)
         if priced > 0:
             self.pace = mean(self.pace, measured / priced)
         if self.pace:
-            self.host[drafted] = mean(self.host[drafted], max(seconds - forwards, 0.0) / self.pace)
+            host = max(seconds - forwards, 0.0)
+            self.host[drafted] = mean(self.host[drafted], host / self.pace)
+            self.after[drafted] = mean(self.after[drafted], max(host - before, 0.0) / self.pace)
 
-    def step_host(self, drafted: bool) -> float:
-        """Host seconds a step of this kind carries (a drafted step's: an AR step's until one was timed)."""
-        ar, draft = self.host
+    def step_host(self, drafted: bool, whole: bool = False) -> float:
+        """Host seconds a step of this kind carries after its choice (``whole``: all of them); a drafted step's: an
+        AR step's until one was timed."""
+        ar, draft = self.host if whole else self.after
         return (draft if drafted and draft is not None else ar) or 0.0
 
     def key(self) -> tuple:
         """The host work's prices to 0.1 ms: a ranking that rested on them holds while they stay there
         (``Controller.choose``: they move a little at every step)."""
-        return tuple(None if h is None else round(h * 1e4) for h in self.host)
+        return tuple(None if h is None else round(h * 1e4) for h in self.after)
 
     def describe(self) -> dict:
         ar, draft = self.host
@@ -777,6 +785,7 @@ class Controller:
         # host work and judge explorations (None: prices alone, as a pinned curve's study reproduces them)
         self.times: StepTimes | None = None
         self.judging: tuple | None = None  # an exploration waiting for its step's time: (nodes, stream, tokens, size)
+        self.chose: float | None = None  # with ``times``: when this step's choice began (``time.perf_counter``)
 
     @property
     def cost(self) -> Callable[[float, str], float]:
@@ -847,13 +856,14 @@ class Controller:
         for nodes in self.streams.values() if self.backoff and self.catch_up is None else ():
             nodes.explore.restart()
 
-    def host(self, drafted: bool) -> float:
-        """Host seconds of a step of this kind outside its forwards (``StepTimes``; 0 without step times)."""
-        return self.times.step_host(drafted) if self.times is not None else 0.0
+    def host(self, drafted: bool, whole: bool = False) -> float:
+        """Host seconds of a step of this kind outside its forwards, after its choice (``whole``: all of them;
+        ``StepTimes``; 0 without step times)."""
+        return self.times.step_host(drafted, whole) if self.times is not None else 0.0
 
-    def ar_price(self, kind: str = CHAIN, extra: int = 0) -> float:
-        """Seconds of an AR step: its forward and its host work."""
-        return self.t(1 + extra, kind) + self.host(False)
+    def ar_price(self, kind: str = CHAIN, extra: int = 0, whole: bool = False) -> float:
+        """Seconds of an AR step: its forward and its host work (after the choice; ``whole``: all of it)."""
+        return self.t(1 + extra, kind) + self.host(False, whole)
 
     def spend(self, stream: str, k: int, kind: str, extra: int, tokens: float) -> float:
         """Seconds of a step that verifies ``k`` candidates and is expected to emit ``tokens``: the target's forward,
@@ -875,6 +885,8 @@ class Controller:
                allow: list[bool] | None) -> list[int]:
         """The kept nodes (ascending). ``cuts``: prefixes of the given order only, of these sizes; else the k nodes of
         highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
+        if self.times is not None:
+            self.chose = time.perf_counter()
         nodes = self.nodes_of(stream)
         nodes.idled = 0
         explore = self.step(stream, nodes)
@@ -1001,16 +1013,18 @@ class Controller:
         return bool(self.sticky and size and self.draft_cost is None
                     and (size >= n if explore else nodes.kept < nodes.rerank))
 
-    def best(self, stream: str, p: list[float], order: list[int], sizes, kind: str, extra: int) -> tuple[int, float]:
+    def best(self, stream: str, p: list[float], order: list[int], sizes, kind: str, extra: int,
+             whole: bool = False) -> tuple[int, float]:
         """(k, rate): of ``sizes``, the one whose first k nodes of ``order`` give the most expected accepted tokens per
-        second (0: the AR step, unless another rates strictly higher), and its rate."""
+        second (0: the AR step, unless another rates strictly higher), and its rate. ``whole``: steps priced with all
+        their host work (before the candidates are looked for: ``idle``), else with what comes after the choice."""
         # the gain adds the nodes since the last size, the prices come from the cached list (this runs for every size
         # at every step)
         price = self.price_list(kind, extra, max(sizes, default=0))
         draft = self.draft_cost
         share = self.share(stream)
-        host = self.host(True)
-        best, best_rate, gain, done = 0, 1.0 / self.ar_price(), 1.0, 0
+        host = self.host(True, whole)
+        best, best_rate, gain, done = 0, 1.0 / self.ar_price(whole=whole), 1.0, 0
         for k in sizes:
             if k == 0:
                 continue
@@ -1052,7 +1066,8 @@ class Controller:
             return False
         if self.keeps_size(nodes, len(parents), explore=False):
             return False  # a graph engine's kept size drafts (``kept_pick``): no ranking to tell
-        if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra)[0]:
+        if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra,
+                     whole=True)[0]:
             return False
         nodes.idled += 1
         nodes.explore.due()  # (not due: checked above)
@@ -1142,10 +1157,11 @@ class Controller:
             self.probe = None
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
 
-    def timed(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float) -> None:
+    def timed(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float,
+              before: float = 0.0) -> None:
         """A step is done (batch 1, with ``times``): ``StepTimes.add``'s figures. Judges the step's exploration by its
         time against an AR step's."""
-        self.times.add(seconds, forwards, drafted, measured, priced)
+        self.times.add(seconds, forwards, drafted, measured, priced, before)
         if self.judging is not None and self.times.ar_seconds:
             nodes, stream, tokens, size = self.judging
             self.judging = None

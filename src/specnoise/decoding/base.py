@@ -228,10 +228,13 @@ class StepTimer:
         laps, logged = self.marks
         target, *draft = (clock.host[n:] for clock, n in zip(self.clocks, laps))
         drafts = draft[0] if draft else []
-        decoder, curve = self.decoder, self.decoder.curves["target"]
+        decoder, curve, auto = self.decoder, self.decoder.curves["target"], self.decoder.auto
         priced = sum(curve(q, TREE if masked else CHAIN, context)
                      for q, masked, context in decoder.target.forward_log[logged:])
-        decoder.auto.timed(seconds, sum(target) + sum(drafts), proposed or bool(drafts), sum(target), priced)
+        # (a drafter proposes before any of the step's forwards: what it did before the choice is host work)
+        before = auto.chose - self.started if auto.chose is not None and auto.chose >= self.started else 0.0
+        auto.chose = None
+        auto.timed(seconds, sum(target) + sum(drafts), proposed or bool(drafts), sum(target), priced, before)
 
 
 class Decoder:
