@@ -19,7 +19,7 @@ import pytest
 from conftest import prompts
 from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, cycle_successor, map_model, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ConfigError
-from specnoise.decoding import auto
+from specnoise.decoding import auto, calibration
 from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Batched, Controller, Curve, Nodes, Plan, chain_parents
 from specnoise.decoding.base import LONG_CONTEXT, build_decoder, decoder_class, largest_probe
 from specnoise.decoding.cost import interpolate
@@ -368,7 +368,7 @@ def test_draft_forwards_are_priced_at_what_they_took_over_their_price_relative_t
     """``DraftScale``: the draft's measured over priced seconds, over the target's, from forwards the curves probed
     (a prefill or a catch-up past ``largest`` tokens is left out), the past generations weighing SCALE_FORGET."""
     curve = lambda q, kind=CHAIN, context=None: 0.001 * q * (2 if kind == TREE else 1)  # noqa: E731
-    scale = auto.DraftScale(largest=8)
+    scale = calibration.DraftScale(largest=8)
     assert scale.scale == 1.0
     # the target's forwards took 1.5x their price (a 100-token one, past the grid, 10x: left out)
     scale.add("target", [(1, False, 10)] * 4 + [(100, False, 0)], [0.0015] * 4 + [1.0], curve)
@@ -376,10 +376,10 @@ def test_draft_forwards_are_priced_at_what_they_took_over_their_price_relative_t
     scale.add("draft", [(1, False, 10), (3, True, 11), (50, False, 0)], [0.003, 0.018, 9.0], curve)  # 3x
     assert scale.scale == pytest.approx(2.0)
     scale.add("draft", [(1, False, 10)], [0.0015], curve)  # a generation at 1.5x: the past weighs 0.9
-    f = auto.SCALE_FORGET
+    f = calibration.SCALE_FORGET
     assert scale.scale == pytest.approx((0.021 * f + 0.0015) / (0.007 * f + 0.001) / 1.5)
     # a draft slowed less than the target is priced at its curve still (its host work is in no clock)
-    cheaper = auto.DraftScale(largest=8)
+    cheaper = calibration.DraftScale(largest=8)
     cheaper.add("target", [(1, False, 10)], [0.0015], curve)
     cheaper.add("draft", [(2, True, 10)], [0.0048], curve)  # 1.2x
     assert cheaper.scale == 1.0
@@ -413,7 +413,7 @@ def test_a_run_scales_its_draft_prices_by_its_own_forwards_but_not_a_pinned_curv
 def test_step_times_price_host_work_in_curve_seconds_and_forget_per_step():
     """``StepTimes``: host work (a step's wall time outside its forwards) per kind of step, in the curve's seconds (over
     what AR steps' forwards take over their price); a drafted step carries an AR step's until one was timed."""
-    times = auto.StepTimes()
+    times = calibration.StepTimes()
     assert times.step_host(False) == times.step_host(True) == 0.0
     times.add(seconds=0.013, forwards=0.012, drafted=False, measured=0.012, priced=0.010)  # 1.2x its price
     assert times.ar_seconds == 0.013 and times.pace == pytest.approx(1.2)
@@ -423,17 +423,17 @@ def test_step_times_price_host_work_in_curve_seconds_and_forget_per_step():
     assert times.pace == pytest.approx(1.2) and times.ar_seconds == 0.013
     assert times.step_host(True) == pytest.approx(0.006 / 1.2) and times.step_host(False) == pytest.approx(0.001 / 1.2)
     times.add(seconds=0.011, forwards=0.010, drafted=False, measured=0.010, priced=0.010)
-    f = auto.STEP_FORGET
+    f = calibration.STEP_FORGET
     assert times.pace == pytest.approx(1.2 * f + 1.0 * (1 - f))
     assert times.ar_seconds == pytest.approx(0.013 * f + 0.011 * (1 - f))
     assert times.step_host(False) == pytest.approx(0.001 / 1.2 * f + 0.001 / times.pace * (1 - f))
     described = times.describe()
     assert described["host_ms"]["drafted_step"] == pytest.approx(5.0, abs=1e-3) and described["ar_step_ms"] > 0
     # what came before the choice (a lookup) is sunk when choosing: the choice prices the rest, ``idle`` the whole
-    looked = auto.StepTimes()
+    looked = calibration.StepTimes()
     looked.add(seconds=0.013, forwards=0.010, drafted=True, measured=0.010, priced=0.010, before=0.002)
     assert looked.step_host(True) == pytest.approx(0.001) and looked.step_host(True, whole=True) == pytest.approx(0.003)
-    drafting = auto.StepTimes()  # a run of drafted steps only (TR-Jacobi on code): priced by its own pace
+    drafting = calibration.StepTimes()  # a run of drafted steps only (TR-Jacobi on code): priced by its own pace
     drafting.add(seconds=0.030, forwards=0.024, drafted=True, measured=0.024, priced=0.020)
     assert drafting.step_host(True) == pytest.approx(0.005) and drafting.ar_seconds is None
 
@@ -448,7 +448,7 @@ def test_host_work_is_priced_on_top_of_the_forwards():
     for host in (0.0, 0.5, 2.0):  # seconds of host work per drafted step (an AR step's: 0.1)
         controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1))
         controller.streams["s"] = copy.deepcopy(nodes)
-        controller.times = auto.StepTimes()
+        controller.times = calibration.StepTimes()
         controller.times.pace, controller.times.after = 1.0, [0.1, host]
         picks[host] = controller.size("s", 3, CHAIN)
     # k = 1: 2 tokens / (1.2 + host) against 1 / 1.1
@@ -471,7 +471,7 @@ def test_an_exploration_is_judged_by_its_time_when_the_steps_are_timed():
         for _ in range(200):
             nodes.observe(chain, [0, 1], set())  # the statistics: drafting never pays (an AR best pick)
         if seconds is not None:
-            controller.times = auto.StepTimes()
+            controller.times = calibration.StepTimes()
             controller.times.add(seconds=1.0, forwards=0.9, drafted=False, measured=0.9, priced=1.0)
         for _ in range(auto.EXPLORE):
             k = controller.size("s", 2, CHAIN)

@@ -3,11 +3,11 @@
 Each calibration corrects the cost curve (timed in a tight loop of one model's forwards) by what the run's own
 generations take; here each is switched off in one copy of a decoder and left on in another:
 
-- ``scale``: draft forwards priced at what they take in a generation (``Decoder.draft_scale``, auto.py
+- ``scale``: draft forwards priced at what they take in a generation (``Decoder.draft_scale``, calibration.py
   ``DraftScale``) vs at the draft's curve alone; for the decoders with a draft model (default: speculative decoding and
   Ouroboros).
-- ``times``: each step's host work priced and each exploration judged by its own time (auto.py ``StepTimes``) vs by
-  the prices alone; for any drafter.
+- ``times``: each step's host work priced and each exploration judged by its own time (calibration.py
+  ``StepTimes``) vs by the prices alone; for any drafter.
 
 On the shipped pair (small-code-msn + small-code-draft, fp32, one thread), AR and every setting decode each prompt in
 one process, the order reversed from prompt to prompt and repeat to repeat; per decoder the median time of each

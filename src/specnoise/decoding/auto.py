@@ -26,30 +26,30 @@ expected accepted tokens per second,
     (1 + p_1 + ... + p_k) / (t(1 + extra + k) + h + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
 
 with t the target curve at the step's context (``extra``: rows fed beside the tree, Lookahead's window), h the host work
-a step of its kind (AR, k = 0, or drafted) carried in this run (``StepTimes``; 0 without step times), ``draft_cost``
-what drafting k tokens costs a draft model (its curve times what the run's draft forwards take over their price,
-relative to the target's: ``DraftScale``), and ``catch_up`` what it costs, beyond that, to feed the draft model first
-the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the draft keeps up, so
-each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept across prompts (the
-benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a half-life of ~35), so they
-follow the current text. A node never tried looks as good as its parent (optimism: the pick grows until it learns
-better), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes beyond it keep being
-observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a draft model dearer
-than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per second fall short of
-an AR step's (by their wall time where the steps are timed, ``StepTimes``; else by their prices), the gap to the next
-one doubles, up to ``EXPLORE_MAX``; an exploration that pays, or a non-empty best pick, brings it back to ``EXPLORE``.
-An exploration whose draft model would first catch up with more text than the exploration itself costs (a long prompt)
-waits, as one that did not pay would. A new generation (a new text, where drafting may pay again) explores at its
-``EXPLORE``-th step, and if that does not pay either the gap goes on doubling from where the last generation left it
-(restarting the doubling per prompt made 2-3 explorations per 128-token generation); a drafter with a draft model, whose
-exploration is first a catch-up over the whole text, does not restart: its explorations come every ``gap`` steps of the
-run, across generations. Drafters whose next candidates are made from what the target predicts at the verified nodes
-(TR-Jacobi's candidate matrix, Token Recycling's adjacency matrix, SAM's fallback) do not back off
-(``Drafter.backoff``): an exploration feeds them candidates, a value that its own accepted tokens do not show, and
-backing off cost them forwards in the miniature; except where an exploration costs more than ``DEAR`` AR steps (a 16-row
-batch's padded block on the CPU), which no fed candidate pays back. A drafter whose candidates cost host work to find
-(REST's corpus lookup) asks first whether the step could draft at all (``Controller.idle``) and skips the work where it
-could not.
+a step of its kind (AR, k = 0, or drafted) carried in this run (``calibration.StepTimes``; 0 without step times),
+``draft_cost`` what drafting k tokens costs a draft model (its curve times what the run's draft forwards take over their
+price, relative to the target's: ``calibration.DraftScale``), and ``catch_up`` what it costs, beyond that, to feed the
+draft model first the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the
+draft keeps up, so each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept
+across prompts (the benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a
+half-life of ~35), so they follow the current text. A node never tried looks as good as its parent (optimism: the pick
+grows until it learns better), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes
+beyond it keep being observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a
+draft model dearer than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per
+second fall short of an AR step's (by their wall time where the steps are timed, ``calibration.StepTimes``; else by
+their prices), the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays, or a non-empty best
+pick, brings it back to ``EXPLORE``. An exploration whose draft model would first catch up with more text than the
+exploration itself costs (a long prompt) waits, as one that did not pay would. A new generation (a new text, where
+drafting may pay again) explores at its ``EXPLORE``-th step, and if that does not pay either the gap goes on doubling
+from where the last generation left it (restarting the doubling per prompt made 2-3 explorations per 128-token
+generation); a drafter with a draft model, whose exploration is first a catch-up over the whole text, does not restart:
+its explorations come every ``gap`` steps of the run, across generations. Drafters whose next candidates are made from
+what the target predicts at the verified nodes (TR-Jacobi's candidate matrix, Token Recycling's adjacency matrix, SAM's
+fallback) do not back off (``Drafter.backoff``): an exploration feeds them candidates, a value that its own accepted
+tokens do not show, and backing off cost them forwards in the miniature; except where an exploration costs more than
+``DEAR`` AR steps (a 16-row batch's padded block on the CPU), which no fed candidate pays back. A drafter whose
+candidates cost host work to find (REST's corpus lookup) asks first whether the step could draft at all
+(``Controller.idle``) and skips the work where it could not.
 
 A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
@@ -87,10 +87,14 @@ import time
 from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from specnoise.decoding.cost import interpolate, measure_forward_costs
+
+if TYPE_CHECKING:
+    from specnoise.decoding.calibration import StepTimes
 
 log = logging.getLogger("specnoise")
 
@@ -322,110 +326,6 @@ class Curve:
                 "t1_ms": round(self.times[CHAIN][1] * 1e3, 3),
                 "near_context": self.near_context, "near_t1_ms": None if near is None else round(near * 1e3, 3),
                 "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE), "rows": self.rows}
-
-
-class DraftScale:
-    """What the run's draft forwards take over what the draft's curve prices them at, relative to the same for the
-    target's: the factor decoder.auto prices draft forwards by (``Decoder.draft_scale``, one per decoder: its draft
-    forwards are mostly of one shape). A curve is timed in a tight loop of one model's forwards; in a generation a
-    draft forward follows a target forward, which evicted the small model's weights and working set from the caches.
-    On the 2-core CPU (Spec-Bench-10, the shipped pair) speculative decoding's one-token draft forwards took 1.20-1.51x
-    their price relative to the target's, and priced by the curves alone it drafted where drafting lost time
-    (0.92-0.98x AR, 0.96-1.01x with the scale); Ouroboros' ~61-row lookahead steps took 0.83x (see ``scale``). The two
-    ratios are kept per generation with weight ``SCALE_FORGET`` for the past, over the forwards the curves probed (at
-    most ``largest`` tokens: not a prefill, which the curves extend beyond their grid, nor a draft's catch-up over a
-    long prompt)."""
-
-    def __init__(self, largest: int):
-        self.largest = largest
-        self.sums = {"target": [0.0, 0.0], "draft": [0.0, 0.0]}  # per role: measured seconds, priced seconds
-
-    def add(self, role: str, forwards: list[tuple], laps: list[float], curve) -> None:
-        """One generation's forwards of ``role`` (``Engine.forward_log`` entries) and their measured seconds."""
-        sums = self.sums[role]
-        sums[0] *= SCALE_FORGET
-        sums[1] *= SCALE_FORGET
-        for (q, masked, context), seconds in zip(forwards, laps):
-            if q <= self.largest:
-                sums[0] += seconds
-                sums[1] += curve(q, TREE if masked else CHAIN, context)
-
-    @property
-    def scale(self) -> float:
-        """Measured over priced for the draft, over the same for the target (1 until both have forwards), and 1 at the
-        least: a draft's host work outside its forwards (a lookahead step's ~1.4 ms on the CPU) is in no clock, so a
-        draft priced below its curve looks cheaper than drafting is (Ouroboros' 61-row steps measured 0.83-0.84x, and
-        priced so it drafted more and ran 1.000 -> 0.974x AR on HumanEval-10)."""
-        (td, pd), (tt, pt) = self.sums["draft"], self.sums["target"]
-        return max(1.0, (td / pd) / (tt / pt)) if pd > 0 and pt > 0 and tt > 0 else 1.0
-
-
-SCALE_FORGET = 0.9  # weight of the past generations' forwards in ``DraftScale``
-
-
-class StepTimes:
-    """What a run's steps took, for a controller at batch 1 on the CPU with a curve probed on this machine
-    (``Controller.times``; ``Decoder.steps`` times each step after the first). Two things the curve does not see:
-
-    - **Host work** per step outside the forwards (the drafter's candidates, the verify ops, the KV commit, the
-      controller itself), kept per kind of step, AR and drafted, and priced on top of the forwards. On the shipped
-      small-code-msn (one thread, ~4.7 ms AR step) an AR step carries 0.27 ms, a tree drafter's drafted step 0.7-0.8
-      ms, speculative decoding's 0.86 ms and an Ouroboros lookahead step 2.8 ms. In curve seconds: divided by what
-      the steps' target forwards take over their price (``pace``: the curve is the fastest of several probes).
-    - **An exploration's worth**, judged by its own wall time against an AR step's (``ar_seconds``), not by its price:
-      on Spec-Bench-10 Ouroboros' explorations took 1.37x their price (a draft model's catch-up over the prompt, its
-      host work) and 24 of 45 "paid" by their price against 9 by their time, so its gap never backed off, and its
-      ~1 exploration per generation cost 2-3% of the run.
-
-    A step's host work before its controller chose (``before``: the candidates' lookup of a drafter that looks first,
-    REST's corpus search) is sunk when the choice is made: the choice prices what comes after it (``after``), and only
-    ``Controller.idle``, asked before the lookup, the whole step. Priced whole at the choice, REST's drafted steps
-    looked 0.6 ms dearer than its AR steps where 0.3 ms was still to spend, and it ran 3% slower on HumanEval-10 (two
-    side-by-side runs). Each mean forgets the past with weight ``STEP_FORGET`` per step of its kind."""
-
-    def __init__(self):
-        self.ar_seconds: float | None = None  # an AR step's wall seconds
-        self.pace: float | None = None  # the target forwards' seconds over their price
-        self.host: list[float | None] = [None, None]  # host seconds of an AR step, of a drafted step (curve units)
-        self.after: list[float | None] = [None, None]  # ... of their host seconds, those after the choice
-
-    def add(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float,
-            before: float = 0.0) -> None:
-        """One step: its wall ``seconds``, the seconds inside its forwards (the draft's too), whether it drafted, its
-        target forwards' seconds and price, and the seconds before its controller chose (no forward runs before)."""
-        if not drafted:
-            self.ar_seconds = mean(self.ar_seconds, seconds)
-        if priced > 0:
-            self.pace = mean(self.pace, measured / priced)
-        if self.pace:
-            host = max(seconds - forwards, 0.0)
-            self.host[drafted] = mean(self.host[drafted], host / self.pace)
-            self.after[drafted] = mean(self.after[drafted], max(host - before, 0.0) / self.pace)
-
-    def step_host(self, drafted: bool, whole: bool = False) -> float:
-        """Host seconds a step of this kind carries after its choice (``whole``: all of them); a drafted step's: an
-        AR step's until one was timed."""
-        ar, draft = self.host if whole else self.after
-        return (draft if drafted and draft is not None else ar) or 0.0
-
-    def key(self) -> tuple:
-        """The host work's prices to 0.1 ms: a ranking that rested on them holds while they stay there
-        (``Controller.choose``: they move a little at every step)."""
-        return tuple(None if h is None else round(h * 1e4) for h in self.after)
-
-    def describe(self) -> dict:
-        ar, draft = self.host
-        return {"host_ms": {"ar_step": None if ar is None else round(ar * 1e3, 3),
-                            "drafted_step": None if draft is None else round(draft * 1e3, 3)},
-                "ar_step_ms": None if self.ar_seconds is None else round(self.ar_seconds * 1e3, 3)}
-
-
-STEP_FORGET = 0.95  # weight of the past per step in ``StepTimes`` (a half-life of ~14 steps of the kind)
-
-
-def mean(past: float | None, x: float) -> float:
-    """``StepTimes``' forgetting mean: ``x`` alone at first."""
-    return x if past is None else STEP_FORGET * past + (1 - STEP_FORGET) * x
 
 
 class Batched:
@@ -858,7 +758,7 @@ class Controller:
 
     def host(self, drafted: bool, whole: bool = False) -> float:
         """Host seconds of a step of this kind outside its forwards, after its choice (``whole``: all of them;
-        ``StepTimes``; 0 without step times)."""
+        ``calibration.StepTimes``; 0 without step times)."""
         return self.times.step_host(drafted, whole) if self.times is not None else 0.0
 
     def ar_price(self, kind: str = CHAIN, extra: int = 0, whole: bool = False) -> float:

@@ -20,8 +20,9 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DECODER_SCHEMAS
-from specnoise.decoding.auto import CHAIN, STICKY, TREE, Batched, Controller, Curve, DraftScale, Plan, StepTimes
+from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve, Plan
 from specnoise.decoding.batch import BatchKV, lockstep
+from specnoise.decoding.calibration import DraftScale, StepTimer, StepTimes
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
 from specnoise.decoding.verifier import Proposal, Verdict, Verifier, chain_shape
@@ -207,36 +208,6 @@ def largest_probe(kv) -> int:
     return min(128, kv.max_length // 2)
 
 
-class StepTimer:
-    """decoder.auto at batch 1 on the CPU (auto.py ``StepTimes``): each step after the first (the prefill) timed, its
-    wall seconds, the seconds inside its forwards (the engines' clocks) and its target forwards' price, for the
-    controller to price host work and judge explorations by."""
-
-    def __init__(self, decoder: Decoder):
-        self.decoder, self.first = decoder, True
-        self.clocks = [kv.clock for kv in (decoder.target, decoder.draft) if kv is not None]
-
-    def start(self) -> None:
-        self.marks = [len(clock.host) for clock in self.clocks], len(self.decoder.target.forward_log)
-        self.started = time.perf_counter()
-
-    def stop(self, proposed: bool) -> None:
-        seconds = time.perf_counter() - self.started
-        if self.first:
-            self.first = False
-            return
-        laps, logged = self.marks
-        target, *draft = (clock.host[n:] for clock, n in zip(self.clocks, laps))
-        drafts = draft[0] if draft else []
-        decoder, curve, auto = self.decoder, self.decoder.curves["target"], self.decoder.auto
-        priced = sum(curve(q, TREE if masked else CHAIN, context)
-                     for q, masked, context in decoder.target.forward_log[logged:])
-        # (a drafter proposes before any of the step's forwards: what it did before the choice is host work)
-        before = auto.chose - self.started if auto.chose is not None and auto.chose >= self.started else 0.0
-        auto.chose = None
-        auto.timed(seconds, sum(target) + sum(drafts), proposed or bool(drafts), sum(target), priced, before)
-
-
 class Decoder:
     """A drafter over the verifier (or, for the generate() peers, a ``decode`` of its own), named by its config.
 
@@ -364,8 +335,8 @@ class Decoder:
 
     def calibrate(self, fed: tuple[list, list]) -> None:
         """decoder.auto, after a generation (``fed``: its target and draft forwards, as logged): ``draft_scale`` from
-        what its forwards took (auto.py ``DraftScale``; the target's prefill left out). Only with a draft model (a
-        curve for it), and only on curves probed on this machine: a pinned curve's prices stay as committed."""
+        what its forwards took (calibration.py ``DraftScale``; the target's prefill left out). Only with a draft model
+        (a curve for it), and only on curves probed on this machine: a pinned curve's prices stay as committed."""
         curves = [self.curves.get(role) for role in ("target", "draft")]
         if not all(isinstance(curve, Curve) and not curve.pinned for curve in curves):
             return
