@@ -87,14 +87,10 @@ import time
 from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from specnoise.decoding.cost import interpolate, measure_forward_costs
-
-if TYPE_CHECKING:
-    from specnoise.decoding.calibration import StepTimes
 
 log = logging.getLogger("specnoise")
 
@@ -683,7 +679,7 @@ class Controller:
         self.entered: tuple[str, bool] | None = None  # in a batch: ``idle`` entered this step's plan (stream, explore)
         # at batch 1 on the CPU with a curve probed here (``Decoder.start_auto``): the run's step times, which price
         # host work and judge explorations (None: prices alone, as a pinned curve's study reproduces them)
-        self.times: StepTimes | None = None
+        self.times = None  # a calibration.StepTimes (set by the decoder: this module does not import that one)
         self.judging: tuple | None = None  # an exploration waiting for its step's time: (nodes, stream, tokens, size)
         self.chose: float | None = None  # with ``times``: when this step's choice began (``time.perf_counter``)
 

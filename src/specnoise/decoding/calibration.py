@@ -14,12 +14,8 @@ from the prices alone):
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from specnoise.decoding.auto import CHAIN, TREE
-
-if TYPE_CHECKING:
-    from specnoise.decoding.base import Decoder
 
 
 class DraftScale:
@@ -131,7 +127,7 @@ class StepTimer:
     wall seconds, the seconds inside its forwards (the engines' clocks) and its target forwards' price, for the
     controller to price host work and judge explorations by."""
 
-    def __init__(self, decoder: Decoder):
+    def __init__(self, decoder):  # a base.Decoder (which imports this module)
         self.decoder, self.first = decoder, True
         self.clocks = [kv.clock for kv in (decoder.target, decoder.draft) if kv is not None]
 
