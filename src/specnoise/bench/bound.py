@@ -26,22 +26,11 @@ batched row's step is a share of a forward of B x q tokens, which the batch-1 cu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from specnoise.decoding.auto import CHAIN, TREE, Curve
+from specnoise.decoding.auto import Curve, context, price
 
 # (tokens the model was fed, with a mask, tokens cached before it) per forward: ``Engine.forward_log`` (a log kept
-# before the context was logged has pairs: priced at the curve's own context)
+# before the context was logged has pairs: priced at the curve's own context; auto.py ``price``)
 Fed = list[tuple]
-
-
-def context(forward: tuple) -> int | None:
-    return forward[2] if len(forward) > 2 else None
-
-
-def price(forwards: Iterable[tuple], curve) -> float:
-    """Seconds the curve gives these forwards, each of its kind at its context."""
-    return sum(curve(f[0], TREE if f[1] else CHAIN, context(f)) for f in forwards)
 
 
 def steps(fed: Fed) -> Fed:

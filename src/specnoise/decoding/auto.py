@@ -84,7 +84,7 @@ import os
 import platform
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import accumulate
 from pathlib import Path
 
@@ -322,6 +322,18 @@ class Curve:
                 "t1_ms": round(self.times[CHAIN][1] * 1e3, 3),
                 "near_context": self.near_context, "near_t1_ms": None if near is None else round(near * 1e3, 3),
                 "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE), "rows": self.rows}
+
+
+def context(forward: tuple) -> int | None:
+    """The tokens cached before a logged forward (``Engine.forward_log``: tokens fed, with a mask, tokens cached
+    before it; a log kept before the context was logged has pairs: None, the curve's own context)."""
+    return forward[2] if len(forward) > 2 else None
+
+
+def price(forwards: Iterable[tuple], curve) -> float:
+    """Seconds ``curve`` gives these logged forwards, each of its kind at its context: the cost bound's
+    (bench/bound.py), the draft scale's and a timed step's (calibration.py)."""
+    return sum(curve(f[0], TREE if f[1] else CHAIN, context(f)) for f in forwards)
 
 
 class Batched:

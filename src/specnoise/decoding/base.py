@@ -22,7 +22,7 @@ import torch
 from specnoise.config import DECODER_SCHEMAS
 from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve, Plan
 from specnoise.decoding.batch import BatchKV, lockstep
-from specnoise.decoding.calibration import DraftScale, StepTimer, StepTimes
+from specnoise.decoding.calibration import DraftScale, StepTimer, StepTimes, probed_here
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
 from specnoise.decoding.verifier import Proposal, Verdict, Verifier, chain_shape
@@ -316,8 +316,7 @@ class Decoder:
                                    **self.drafter.priced_drafting())
             # its steps timed (host work, explorations' worth) where the clocks time forwards on the host and the
             # curves were probed here: a pinned curve's study reproduces its choices from the prices alone
-            probed = all(isinstance(c, Curve) and not c.pinned for c in self.curves.values())
-            if probed and self.target.device.type == "cpu":
+            if probed_here(self.curves.values()) and self.target.device.type == "cpu":
                 self.auto.times = StepTimes()
             for kv in filter(None, (self.target, self.draft)):
                 kv.reset()
@@ -338,7 +337,7 @@ class Decoder:
         what its forwards took (calibration.py ``DraftScale``; the target's prefill left out). Only with a draft model
         (a curve for it), and only on curves probed on this machine: a pinned curve's prices stay as committed."""
         curves = [self.curves.get(role) for role in ("target", "draft")]
-        if not all(isinstance(curve, Curve) and not curve.pinned for curve in curves):
+        if not probed_here(curves):
             return
         if self.scales is None:
             self.scales = DraftScale(min(largest_probe(self.target), largest_probe(self.draft)))

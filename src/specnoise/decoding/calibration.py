@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import time
 
-from specnoise.decoding.auto import CHAIN, TREE
+from specnoise.decoding.auto import Curve, price
+
+
+def probed_here(curves) -> bool:
+    """Whether a run's own times may correct these curves: each a ``Curve`` probed on this machine (not a pinned one,
+    whose prices a committed study reproduces as they are; not a test's plain function)."""
+    return all(isinstance(curve, Curve) and not curve.pinned for curve in curves)
 
 
 class DraftScale:
@@ -36,13 +42,10 @@ class DraftScale:
 
     def add(self, role: str, forwards: list[tuple], laps: list[float], curve) -> None:
         """One generation's forwards of ``role`` (``Engine.forward_log`` entries) and their measured seconds."""
+        kept = [(forward, seconds) for forward, seconds in zip(forwards, laps) if forward[0] <= self.largest]
         sums = self.sums[role]
-        sums[0] *= SCALE_FORGET
-        sums[1] *= SCALE_FORGET
-        for (q, masked, context), seconds in zip(forwards, laps):
-            if q <= self.largest:
-                sums[0] += seconds
-                sums[1] += curve(q, TREE if masked else CHAIN, context)
+        sums[0] = sums[0] * SCALE_FORGET + sum(seconds for _, seconds in kept)
+        sums[1] = sums[1] * SCALE_FORGET + price([forward for forward, _ in kept], curve)
 
     @property
     def scale(self) -> float:
@@ -144,8 +147,7 @@ class StepTimer:
         target, *draft = (clock.host[n:] for clock, n in zip(self.clocks, laps))
         drafts = draft[0] if draft else []
         decoder, curve, auto = self.decoder, self.decoder.curves["target"], self.decoder.auto
-        priced = sum(curve(q, TREE if masked else CHAIN, context)
-                     for q, masked, context in decoder.target.forward_log[logged:])
+        priced = price(decoder.target.forward_log[logged:], curve)
         # (a drafter proposes before any of the step's forwards: what it did before the choice is host work)
         before = auto.chose - self.started if auto.chose is not None and auto.chose >= self.started else 0.0
         auto.chose = None
