@@ -82,6 +82,16 @@ def phrase_shape(nd: int, k: int, m: int, faithful: bool, device=None) -> Shape:
                       device=device)
 
 
+@lru_cache(maxsize=64)
+def candidates(want: int, K: int, M: int) -> tuple[list[int], list[int]]:
+    """decoder.auto's view of a step's candidates, ``want`` drafts and then K phrases of M tokens: each node's parent
+    (the drafts a chain, each phrase a chain after the last draft) and the sizes it may cut to (a prefix of the drafts,
+    or all of them and whole phrases). One pair per shape, built once and never changed (the controller only reads them),
+    not at every step."""
+    parents = [*range(-1, want - 1), *(want - 1 if j % M == 0 else want + j - 1 for j in range(K * M))]
+    return parents, [*range(want + 1), *(want + M * j for j in range(1, K + 1))]
+
+
 class KeepDraws:
     """An ``after`` hook of the draft model's sampled lookahead step: the wrapped hook's read, and the distributions
     q each emitted token was drawn from (the warped draft logits at the inputs along the accepted path) kept on the
@@ -147,8 +157,8 @@ class Ouroboros(Drafter):
         cfg, M = self.cfg, self.cfg.phrase_len
         # decoder.auto ranks the drafts, then whole phrases, and may cut both (0: an AR step, no draft forward)
         want, K = min(cfg.gamma, room), cfg.K if cfg.lengthening else 0
-        parents = [*range(-1, want - 1), *(want - 1 if j % M == 0 else want + j - 1 for j in range(K * M))]
-        k = self.cut(want + K * M, cuts=[*range(want + 1), *(want + M * j for j in range(1, K + 1))], parents=parents)
+        parents, cuts = candidates(want, K, M)
+        k = self.cut(want + K * M, cuts=cuts, parents=parents)
         # 1. draft; drafts past the budget could never be emitted
         self.d, self.fed, q = yield from self.make_draft(min(want, k))
         # 2. lengthen with the newest phrases for the draft's last token, cut to what could still be emitted
@@ -192,7 +202,8 @@ class Ouroboros(Drafter):
         if v.done:
             return
         rewind(self.draft, self.fed, self.seq, before)
-        if self.m == self.cfg.phrase_len:  # phrases cut short near the budget are no pool material
+        # phrases cut short near the budget are no pool material; an AR step (decoder.auto) has nothing to harvest
+        if self.m == self.cfg.phrase_len and (self.d or self.phrases):
             self.harvest(v.extra, v.accepted)
 
     def make_draft(self, want: int):
