@@ -370,8 +370,9 @@ class Decoder:
                                                                 rows=n)
                 curves[role] = self.batch_curves[role, n, context]
         plan = Plan()  # one size per step for all the rows
-        batched = {role: Batched(curve, n, self.curves.get(role)) for role, curve in curves.items()}  # (shared: its
-        for row in rows:  # prices are the same for every row, and each is asked at every step: ``Batched.split_list``)
+        # one Batched per model for all the rows: its prices are the same for every row (``Batched.split_list``)
+        batched = {role: Batched(curve, n, self.curves.get(role)) for role, curve in curves.items()}
+        for row in rows:
             row.curves = dict(batched)
             if row.auto is None:
                 row.auto = Controller(row.curves["target"], backoff=row.drafter.backoff,

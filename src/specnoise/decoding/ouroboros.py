@@ -86,8 +86,8 @@ def phrase_shape(nd: int, k: int, m: int, faithful: bool, device=None) -> Shape:
 def candidates(want: int, K: int, M: int) -> tuple[list[int], list[int]]:
     """decoder.auto's view of a step's candidates, ``want`` drafts and then K phrases of M tokens: each node's parent
     (the drafts a chain, each phrase a chain after the last draft) and the sizes it may cut to (a prefix of the drafts,
-    or all of them and whole phrases). One pair per shape, built once and never changed (the controller only reads them),
-    not at every step."""
+    or all of them and whole phrases). One pair per shape, built once and never changed (the controller only reads
+    them), not at every step."""
     parents = [*range(-1, want - 1), *(want - 1 if j % M == 0 else want + j - 1 for j in range(K * M))]
     return parents, [*range(want + 1), *(want + M * j for j in range(1, K + 1))]
 
