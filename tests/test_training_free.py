@@ -33,12 +33,12 @@ def test_suffix_array_sorts_like_python():
 
 def test_longest_suffix_and_its_continuations():
     store = SuffixArray(np.array([5, 6, 7, -1, 5, 6, 8, 5, 6, 7, 9], dtype=np.int32))
-    n, lo, hi = store.longest_suffix([1, 5, 6, 7], 10)
+    n, lo, hi, _ = store.longest_suffix([1, 5, 6, 7], 10)
     assert (n, hi - lo) == (3, 2)  # "5 6 7" twice
     assert sorted(store.continuations(n, lo, hi, 2, 10).tolist()) == [[-1, -1], [9, -1]]  # stops at document ends
-    n, lo, hi = store.longest_suffix([3, 5, 6], 10)
+    n, lo, hi, _ = store.longest_suffix([3, 5, 6], 10)
     assert (n, hi - lo) == (2, 3)
-    assert store.longest_suffix([4], 10) == (0, 0, 0)
+    assert store.longest_suffix([4], 10)[:3] == (0, 0, 0)
 
 
 def test_suffix_automaton_finds_the_longest_earlier_match():
@@ -71,10 +71,16 @@ def test_longest_suffix_matches_brute_force(gather, monkeypatch):
               for n in range(1, len(seq) + 1)}  # where each suffix of seq occurs
         for longest in range(0, len(seq) + 2):
             n = max((n for n in range(1, min(longest, len(seq)) + 1) if at[n]), default=0)
-            found, lo, hi = store.longest_suffix(seq, longest)
+            found, lo, hi, _ = store.longest_suffix(seq, longest)
             assert found == n
             if n:
                 assert sorted(store.sa[lo:hi].tolist()) == at[n]
+        # grown a few tokens at a time, each search told the last one's answer (REST and SAM): the same answers
+        cap, last, end = int(rng.integers(1, 8)), None, 0
+        while end < len(seq):
+            end = min(len(seq), end + int(rng.integers(1, 4)))
+            last = store.longest_suffix(seq[:end], cap, last)
+            assert last[:3] == store.longest_suffix(seq[:end], cap)[:3] and last.end == end
 
 
 def test_trie_keeps_the_most_frequent_prefixes_parents_first():

@@ -165,3 +165,42 @@ def test_a_cut_to_one_branch_keeps_root_to_leaf_paths(node):
     shape = tree_shape(small.parent[1:], small.paths)
     assert small.paths == [list(range(len(keep) + 1))] and shape.causal
     assert shape.path[0].tolist() == list(range(len(keep) + 1))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_next_candidates_are_the_top_k_after_the_rejected_node(seed):
+    """TR-Jacobi's next candidate matrix (``Tables.after``, on decoder.auto's cut trees, here at most 3 deep of the
+    template's 5): row j holds the target's top-k at the (j + 1)-th path input after the accepted node, for as long as
+    the accepted path goes on, and -1 in every other cell (the matrix keeps the template's shape). Every node wrong,
+    then some: the first path after the root alone, then after deeper accepted nodes."""
+    from specnoise.decoding.tr_jacobi import Tables, cut
+    from specnoise.decoding.verifier import Verifier
+
+    gen = torch.Generator().manual_seed(seed)
+    tree = build_tree(AUTO_TEMPLATE, 10, 5)
+    shallow = [i for i, node in enumerate(tree.nodes) if len(node) <= 3]
+    picked = [shallow[i] for i in torch.randperm(len(shallow), generator=gen)[:10].tolist()]
+    keep = sorted({a for i in picked for a in [i, *(j - 1 for j in ancestors(tree, i + 1))]})
+    tables = Tables(cut(tree, tree.rows, tuple(keep)), faithful=False, k=3, stats=True, device=torch.device("cpu"))
+    shape = tables.shape
+    assert shape.span - 1 < tree.rows
+    logits = torch.randn(shape.last, 50, generator=gen)
+    for wrong in (1.0, 0.4):
+        tokens = logits.argmax(-1).index_select(0, shape.parent)  # every node right ...
+        tokens[torch.rand(len(tokens), generator=gen) < wrong] = -5  # ... or wrong
+        read, C, *_ = Verifier(None, read=None).verify(shape, tables.after, logits, tokens, None, None, None)
+        a, path = int(read[0]), read[1 + shape.span:1 + 2 * shape.span].tolist()
+        after = [i for i in path[a + 1:] if i >= 0]
+        assert C.shape == (tree.rows, tree.width) and (a > 0 or len(after) == len(tables.tree.paths[0]) - 1)
+        for j in range(tree.rows):
+            top = logits[after[j]].topk(3).indices.tolist() if j < len(after) else [-1] * 3
+            assert C[j].tolist() == top + [-1] * (tree.width - 3), (j, a, path)
+
+
+def ancestors(tree, i: int) -> list[int]:
+    """The tree inputs above input ``i`` (1-based), the root (0) excluded."""
+    out = []
+    while tree.parent[i] > 0:
+        i = tree.parent[i]
+        out.append(i)
+    return out

@@ -15,6 +15,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -109,6 +110,16 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
 GATHER = 256
 
 
+class Match(NamedTuple):
+    """A suffix of a token list found in the corpus: its length ``n`` (0: none), its suffix-array interval [lo, hi),
+    and the list's length when it was looked up."""
+
+    n: int
+    lo: int
+    hi: int
+    end: int
+
+
 class SuffixArray:
     """Suffix-array search over a corpus: where a token string occurs, and what follows it there."""
 
@@ -149,26 +160,42 @@ class SuffixArray:
                 break
         return lo, hi
 
-    def longest_suffix(self, seq: list[int], longest: int) -> tuple[int, int, int]:
-        """(n, lo, hi): the longest n <= ``longest`` such that seq's last n tokens occur, and where (n = 0: none).
-        A suffix that occurs has every shorter suffix occurring too, so the lengths are searched: down from
-        ``longest`` by doubling gaps, then by bisection between the longest found and the shortest missed. REST and
-        SAM pass the last step's match plus the tokens accepted since, an upper bound the match meets at most steps
-        (63% of REST's on HumanEval): one look-up then, where bisecting from the middle took four."""
-        best, high = (0, 0, 0), min(longest, len(seq))
-        n, gap = high, 1
+    def longest_suffix(self, seq: list[int], longest: int, last: Match | None = None) -> Match:
+        """The longest n <= ``longest`` such that seq's last n tokens occur, and where (n = 0: none).
+
+        ``last``: this search's answer for ``seq`` when it was shorter (REST and SAM pass their previous step's). It
+        bounds the answer: a suffix longer than that match plus the tokens appended since would have made the earlier
+        match longer. When the bound is that match extended by the new tokens and it still occurs, it is the answer:
+        one narrowing per new token instead of a search. Otherwise the lengths are searched down from the bound (less
+        one when the extension failed) by doubling gaps, then bisected between the longest found and the shortest
+        missed (a suffix that occurs has every shorter one occurring too). REST on three HumanEval-style prompts: 11.0
+        narrowings per look-up instead of 13.6; most look-ups (67 of 88) find the extension missing."""
+        high = min(longest, len(seq))
+        grown = len(seq) - last.end if last is not None else -1
+        if grown >= 0:
+            high = min(high, last.n + grown)
+            if last.n and grown and last.n + grown == high:
+                lo, hi = last.lo, last.hi
+                for depth, token in enumerate(seq[-grown:], start=last.n):
+                    lo, hi = self.narrow(lo, hi, depth, token)
+                    if lo == hi:
+                        break
+                if hi > lo:
+                    return Match(last.n + grown, lo, hi, len(seq))
+                high -= 1  # that suffix is missing, so is every longer one
+        best, n, gap = Match(0, 0, 0, len(seq)), high, 1
         while n >= 1:
             lo, hi = self.find(seq[-n:])
             if hi > lo:
-                best = (n, lo, hi)
+                best = Match(n, lo, hi, len(seq))
                 break
             high, n, gap = n - 1, n - gap, 2 * gap
-        low = best[0] + 1
+        low = best.n + 1
         while low <= high:
             n = (low + high) // 2
             lo, hi = self.find(seq[-n:])
             if hi > lo:
-                best, low = (n, lo, hi), n + 1
+                best, low = Match(n, lo, hi, len(seq)), n + 1
             else:
                 high = n - 1
         return best

@@ -72,8 +72,8 @@ class REST(Drafter):
         self.steps += 1
         if self.idle(self.parents):  # decoder.auto: an AR step whatever the lookup finds (the lookup is host work)
             return self.chain([])
-        n, lo, hi = self.store.longest_suffix(self.seq, min(cfg.max_suffix, self.longest))
-        self.longest = n  # the next step's match is at most this one plus the tokens accepted since (as SAM's)
+        self.match = self.store.longest_suffix(self.seq, cfg.max_suffix, self.match)
+        n, lo, hi, _ = self.match
         if n < cfg.min_suffix or depth == 0:
             self.cut(0)  # decoder.auto: an AR step, which a batch's plan counts (Controller.ar_step)
             return self.chain([])
@@ -88,11 +88,7 @@ class REST(Drafter):
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
-        self.longest = len(prompt)  # the longest suffix the next look-up may find
-
-    def observe(self, v):
-        super().observe(v)
-        self.longest += len(v.tokens)
+        self.match = None  # the last look-up's: the next one extends it by the tokens accepted since (as SAM's)
 
     def after_generation(self):
         self.meta["retrieval_hit_rate"] = round(self.hits / max(self.steps, 1), 3)  # steps with a trie, so far

@@ -95,15 +95,15 @@ class SAM(Drafter):
         if self.fallback is not None:
             self.fallback.begin(prompt, budget, seed)
         self.automaton = SuffixAutomaton(self.seq)
-        self.static = len(self.seq)  # the static match's longest possible length
+        self.static = None  # the static corpus's last match: the next look-up extends it by the tokens since
 
     def propose(self, room):
         cfg, length = self.cfg, min(self.cfg.max_draft, room)
         n, end = self.automaton.match(length, cfg.min_match)
         draft, source = self.seq[end + 1:end + 1 + length], "dynamic"
         if self.store is not None:
-            m, lo, hi = self.store.longest_suffix(self.seq, self.static)
-            self.static = m
+            self.static = self.store.longest_suffix(self.seq, len(self.seq), self.static)
+            m, lo, hi, _ = self.static
             if m > n:
                 draft, n, source = self.store.first(m, lo, hi, length), m, "static"
         if n < cfg.min_match or not draft:
@@ -121,7 +121,6 @@ class SAM(Drafter):
             self.fallback.observe(v)
         for token in v.tokens:
             self.automaton.extend(token)
-        self.static += len(v.tokens)
 
     def after_generation(self):
         total = max(sum(self.steps.values()), 1)
