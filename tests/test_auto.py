@@ -327,11 +327,14 @@ def test_rest_skips_its_corpus_lookup_at_steps_that_cannot_draft(family):
 
 def test_an_ouroboros_ar_step_is_a_plain_one_token_forward(target, draft):
     """An AR step of Ouroboros with auto is fed as AR's is, without a 4D mask (with one it cost 6-12% more at
-    Spec-Bench's 1,200-token contexts on the CPU); its drafting steps keep the phrase tree's mask."""
+    Spec-Bench's 1,200-token contexts on the CPU), and reads back its verdict alone, as AR's (the target's argmax at
+    every row feeds the phrase pool, which an AR step does not); its drafting steps keep the phrase tree's mask."""
     decoder = build("ouroboros", target, draft, "steep")
-    calls = []  # what the model itself is given, not what the engine logs
+    calls, reads = [], []  # what the model itself is given, not what the engine logs; the target's reads per step
     hook = target.model.register_forward_pre_hook(
         lambda module, args, kwargs: calls.append(kwargs.get("attention_mask") is not None), with_kwargs=True)
+    to_host = decoder.to_host
+    decoder.to_host = lambda tensor: reads.append((len(calls), tensor.numel())) or to_host(tensor)
     try:
         out = decoder.generate(PROMPTS[0], NEW_TOKENS)
     finally:
@@ -339,6 +342,10 @@ def test_an_ouroboros_ar_step_is_a_plain_one_token_forward(target, draft):
     sizes = [k for _, k in decoder.auto.sizes]
     assert len(calls) == len(sizes) == out.target_forwards and 0 in sizes[1:] and max(sizes) > 0
     assert calls[1:] == [k > 0 for k in sizes[1:]] == [masked for _, masked, _ in out.forward_log[1:]]
+    verdicts: dict[int, int] = {}  # a target step's verdict is the first read after its forward (then the drafts')
+    for forwards, n in reads:
+        verdicts.setdefault(forwards, n)
+    assert all(verdicts[i + 1] == 3 for i, k in enumerate(sizes) if i and not k)  # [accepted, bonus, path]
 
 
 def test_ouroboros_prices_its_first_draft_token_at_a_whole_lookahead_step(target, draft):
