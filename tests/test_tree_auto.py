@@ -148,6 +148,15 @@ def test_runner_records_the_picked_tree(tmp_path):
     assert all(r["lossless_fraction"] == 1.0 for r in results["rows"])
 
 
+def ancestors(tree, i: int) -> list[int]:
+    """The tree inputs above input ``i`` (1-based), the root (0) excluded."""
+    out = []
+    while tree.parent[i] > 0:
+        i = tree.parent[i]
+        out.append(i)
+    return out
+
+
 @pytest.mark.parametrize("node", [5, 12, 32, 40])
 def test_a_cut_to_one_branch_keeps_root_to_leaf_paths(node):
     """decoder.auto may keep one branch of the template (one node under the root, a chain): the cut tree's paths are
@@ -157,10 +166,7 @@ def test_a_cut_to_one_branch_keeps_root_to_leaf_paths(node):
     from specnoise.decoding.verifier import tree_shape
 
     tree = build_tree(AUTO_TEMPLATE, 10, 5)
-    keep, i = [node], node
-    while tree.parent[i + 1] > 0:  # the node's ancestors too (node indices are 0-based, tree inputs 1-based)
-        i = tree.parent[i + 1] - 1
-        keep.insert(0, i)
+    keep = sorted([node, *(i - 1 for i in ancestors(tree, node + 1))])  # (node indices 0-based, tree inputs 1-based)
     small = cut(tree, tree.rows, tuple(keep))
     shape = tree_shape(small.parent[1:], small.paths)
     assert small.paths == [list(range(len(keep) + 1))] and shape.causal
@@ -195,12 +201,3 @@ def test_the_next_candidates_are_the_top_k_after_the_rejected_node(seed):
         for j in range(tree.rows):
             top = logits[after[j]].topk(3).indices.tolist() if j < len(after) else [-1] * 3
             assert C[j].tolist() == top + [-1] * (tree.width - 3), (j, a, path)
-
-
-def ancestors(tree, i: int) -> list[int]:
-    """The tree inputs above input ``i`` (1-based), the root (0) excluded."""
-    out = []
-    while tree.parent[i] > 0:
-        i = tree.parent[i]
-        out.append(i)
-    return out

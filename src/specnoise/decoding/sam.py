@@ -95,15 +95,15 @@ class SAM(Drafter):
         if self.fallback is not None:
             self.fallback.begin(prompt, budget, seed)
         self.automaton = SuffixAutomaton(self.seq)
-        self.static = None  # the static corpus's last match: the next look-up extends it by the tokens since
+        self.static_match = None  # the static corpus's last match: the next look-up extends it by the tokens since
 
     def propose(self, room):
         cfg, length = self.cfg, min(self.cfg.max_draft, room)
         n, end = self.automaton.match(length, cfg.min_match)
         draft, source = self.seq[end + 1:end + 1 + length], "dynamic"
         if self.store is not None:
-            self.static = self.store.longest_suffix(self.seq, len(self.seq), self.static)
-            m, lo, hi, _ = self.static
+            self.static_match = self.store.longest_suffix(self.seq, len(self.seq), self.static_match)
+            m, lo, hi, _ = self.static_match
             if m > n:
                 draft, n, source = self.store.first(m, lo, hi, length), m, "static"
         if n < cfg.min_match or not draft:
