@@ -213,6 +213,48 @@ def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
     assert run(8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]
 
 
+def test_an_exploration_that_loses_much_waits_until_its_loss_is_a_small_share():
+    """An exploration that does not pay and loses L AR steps against the AR steps it replaced (by its price, a draft
+    model's whole catch-up included) is followed by the next one L / EXPLORE_SHARE steps later where that is longer
+    than the doubled gap: explorations that never pay cost EXPLORE_SHARE of the run at most. Where the steps are timed,
+    the time judges whether it paid, not how long the gap is (one slow step would set a long one)."""
+
+    def explored(accepted: int, slope: float = 0.5, seconds: float | None = None, catch_up: float = 0.0,
+                 steps: int = 600, draft: bool = True) -> list[int]:
+        cost = lambda q, kind=CHAIN: 1.0 + slope * (q - 1)  # noqa: E731 - slope 0.5: PROBE = 4 drafts cost 3 AR steps
+        controller = (Controller(cost, draft_cost=lambda stream, k: 0.0, catch_up=lambda stream: catch_up) if draft
+                      else Controller(cost))
+        controller.room = 1000
+        controller.streams["s"] = nodes = Nodes()
+        nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # never accepted: the best pick is empty
+        if seconds is not None:
+            controller.times = calibration.StepTimes()
+            controller.times.add(seconds=1.0, forwards=0.9, drafted=False, measured=0.9, priced=1.0)
+        out = []
+        for i in range(steps):
+            k = controller.size("s", 8, kind=CHAIN)
+            if k:
+                out.append(i + 1)
+                controller.observe(verdict(k, accepted))
+            if seconds is not None:
+                controller.timed(seconds if k else 1.0, 0.9, bool(k), 0.9, 1.0)
+        return out
+
+    share = auto.EXPLORE_SHARE
+    assert explored(0) == [EXPLORE + round(i * 2.0 / share) for i in range(3)]  # 3 steps' price, 1 token: 2 lost
+    # 2 tokens: 1 step lost, 100 steps on (then the doubled gap, 128, is the longer)
+    assert explored(1)[:3] == [EXPLORE, EXPLORE + round(1.0 / share), EXPLORE + round(1.0 / share) + 128]
+    # a draft model's catch-up of 2 AR steps, paid whole by the exploration (below its own step's price: it explores)
+    assert explored(0, catch_up=2.0, steps=1000) == [EXPLORE + round(i * 4.0 / share) for i in range(3)]
+    # timed (an AR step of 1 s, 0.1 of it host work, which the prices now carry): not paid, the gap by price alone
+    slow, slower = explored(0, seconds=3.5), explored(0, seconds=7.0)
+    assert slow[:2] == slower[:2] and slow[1] - slow[0] > 128
+    # a loss below EXPLORE_SHARE of the doubled gap (1.3 steps' price, 0.3 lost) leaves the doubling as it was, and so
+    # does any loss of a drafter without a draft model (it explores anew in every generation)
+    doubling = [EXPLORE, 3 * EXPLORE, 7 * EXPLORE, 15 * EXPLORE]
+    assert explored(0, slope=0.075)[:4] == explored(0, draft=False)[:4] == doubling
+
+
 def test_an_ar_step_that_nothing_moved_is_not_ranked_again():
     """After an AR step the next one is not ranked and priced again while its statistics, its context step and its
     candidates' tree stay (another tree of as many nodes, as REST's tries change, is ranked); the picks are those of
@@ -255,9 +297,10 @@ def test_an_ar_step_that_nothing_moved_is_not_ranked_again():
 def test_a_draft_models_explorations_count_their_steps_across_generations():
     """An exploration of a drafter with a draft model first catches the draft model up with the whole text: a new
     generation does not explore at its EXPLORE-th step, its streams go on counting where the last generation left off
-    (one exploration every EXPLORE_MAX steps of the run while none pays)."""
-    cost = lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1)  # noqa: E731 - nothing pays: the best pick is empty
-    controller = Controller(cost, draft_cost=lambda stream, k: 0.1 * k, catch_up=lambda stream: 0.0)
+    (one exploration every EXPLORE_MAX steps of the run while none pays, each losing 0.24 AR steps by its price: less
+    than EXPLORE_SHARE of these gaps, test_an_exploration_that_loses_much_waits_until_its_loss_is_a_small_share)."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.05 * (q - 1)  # noqa: E731 - nothing pays: the best pick is empty
+    controller = Controller(cost, draft_cost=lambda stream, k: 0.01 * k, catch_up=lambda stream: 0.0)
     controller.streams["s"] = nodes = Nodes()
     nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
     controller.room = 100
@@ -291,9 +334,10 @@ def test_an_exploration_that_would_pay_a_long_catch_up_waits():
     """Where the best pick is an AR step, an exploration drafts (PROBE tokens) unless the draft model's catch-up costs
     more than the exploration's own step (a draft model behind a long prompt): then it waits as one that did not pay
     would, the gap doubling all the same."""
-    cost = lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1)  # noqa: E731 - nothing pays: the best pick is empty
-    for catch_up, explored in ((0.5, [EXPLORE, 3 * EXPLORE]), (50.0, [])):  # the exploration's own step: 3.4
-        controller = Controller(cost, draft_cost=lambda stream, k: 0.1 * k, catch_up=lambda stream, c=catch_up: c)
+    cost = lambda q, kind=CHAIN: 1.0 + 0.05 * (q - 1)  # noqa: E731 - nothing pays: the best pick is empty
+    # the exploration's own step: 1.24 AR steps (with a catch-up of 0.05, 0.29 lost: the doubling stays)
+    for catch_up, explored in ((0.05, [EXPLORE, 3 * EXPLORE]), (50.0, [])):
+        controller = Controller(cost, draft_cost=lambda stream, k: 0.01 * k, catch_up=lambda stream, c=catch_up: c)
         controller.streams["s"] = nodes = Nodes()
         nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
         controller.room = 100

@@ -37,19 +37,20 @@ grows until it learns better), and every ``EXPLORE``-th step verifies ``PROBE`` 
 beyond it keep being observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a
 draft model dearer than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per
 second fall short of an AR step's (by their wall time where the steps are timed, ``calibration.StepTimes``; else by
-their prices), the gap to the next one doubles, up to ``EXPLORE_MAX``; an exploration that pays, or a non-empty best
-pick, brings it back to ``EXPLORE``. An exploration whose draft model would first catch up with more text than the
-exploration itself costs (a long prompt) waits, as one that did not pay would. A new generation (a new text, where
-drafting may pay again) explores at its ``EXPLORE``-th step, and if that does not pay either the gap goes on doubling
-from where the last generation left it (restarting the doubling per prompt made 2-3 explorations per 128-token
-generation); a drafter with a draft model, whose exploration is first a catch-up over the whole text, does not restart:
-its explorations come every ``gap`` steps of the run, across generations. Drafters whose next candidates are made from
-what the target predicts at the verified nodes (TR-Jacobi's candidate matrix, Token Recycling's adjacency matrix, SAM's
-fallback) do not back off (``Drafter.backoff``): an exploration feeds them candidates, a value that its own accepted
-tokens do not show, and backing off cost them forwards in the miniature; except where an exploration costs more than
-``DEAR`` AR steps (a 16-row batch's padded block on the CPU), which no fed candidate pays back. A drafter whose
-candidates cost host work to find (REST's corpus lookup) asks first whether the step could draft at all
-(``Controller.idle``) and skips the work where it could not.
+their prices), the gap to the next one doubles, up to ``EXPLORE_MAX`` (a draft model's: or as long as keeps what its
+explorations lose to ``EXPLORE_SHARE`` of the run, where that is longer: fed a whole prompt first, one loses several AR
+steps); an exploration that pays, or a non-empty best pick, brings it back to ``EXPLORE``. An exploration whose draft
+model would first catch up with more text than the exploration itself costs (a long prompt) waits, as one that did not
+pay would. A new generation (a new text, where drafting may pay again) explores at its ``EXPLORE``-th step, and if that
+does not pay either the gap goes on doubling from where the last generation left it (restarting the doubling per prompt
+made 2-3 explorations per 128-token generation); a drafter with a draft model, whose exploration is first a catch-up
+over the whole text, does not restart: its explorations come every ``gap`` steps of the run, across generations.
+Drafters whose next candidates are made from what the target predicts at the verified nodes (TR-Jacobi's candidate
+matrix, Token Recycling's adjacency matrix, SAM's fallback) do not back off (``Drafter.backoff``): an exploration feeds
+them candidates, a value that its own accepted tokens do not show, and backing off cost them forwards in the miniature;
+except where an exploration costs more than ``DEAR`` AR steps (a 16-row batch's padded block on the CPU), which no fed
+candidate pays back. A drafter whose candidates cost host work to find (REST's corpus lookup) asks first whether the
+step could draft at all (``Controller.idle``) and skips the work where it could not.
 
 A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
 controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
@@ -80,6 +81,7 @@ import copy
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -113,6 +115,13 @@ CONTEXT_STEP = 32
 FORGET = 0.98  # weight of the past per observation of a rank
 EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
 EXPLORE_MAX = 128  # ... every EXPLORE_MAX-th at the least often, while the best cut stays empty (backing off)
+# ... or, for a drafter with a draft model (whose explorations count across generations), after an exploration that
+# lost L AR steps against the AR steps it replaced (by its price, the draft model's whole catch-up included),
+# L / EXPLORE_SHARE steps later, if that is longer: explorations that do not pay cost this share of its run at most.
+# Ouroboros' explorations on the CPU (its draft model first fed a ~300-token HumanEval prompt, then 2-4 lookahead
+# forwards of 34-91 rows) took 4.6-8.5 AR steps each for 1-5 tokens: every EXPLORE_MAX steps that was ~4% of its time
+# (16 explorations over HumanEval-10 x 3)
+EXPLORE_SHARE = 0.01
 DEAR = 2.0  # an exploration dearer than this many AR steps backs off, whatever the drafter (``Controller.choose``)
 REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP
 # on an engine that records each step shape as a CUDA graph: how much better (in expected tokens per second) a new
@@ -571,9 +580,9 @@ def prefix(k: int) -> list[int]:
 
 class Backoff:
     """Which steps explore: the ``EXPLORE``-th, then every ``EXPLORE``-th while exploring pays; after an exploration
-    that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``. ``unpaid``: explorations whose worth shows
-    only in later steps (Lookahead's window filling its pool) each count as not paid, so the gaps double from the
-    first one on."""
+    that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``, and is at least what the exploration lost
+    over ``EXPLORE_SHARE``. ``unpaid``: explorations whose worth shows only in later steps (Lookahead's window filling
+    its pool) each count as not paid, so the gaps double from the first one on."""
 
     def __init__(self, unpaid: bool = False):
         self.steps, self.unpaid = 0, unpaid
@@ -597,11 +606,12 @@ class Backoff:
         """A new generation: explore at its ``EXPLORE``-th step, the gap kept (``result`` doubles it from there)."""
         self.steps, self.at = 0, EXPLORE
 
-    def result(self, paid: bool) -> None:
+    def result(self, paid: bool, lost: float = 0.0) -> None:
         """What the last exploration was worth: the next one comes ``EXPLORE`` steps after it if it paid, else after
-        twice the last gap."""
+        twice the last gap (up to ``EXPLORE_MAX``) or, for one that ``lost`` more AR steps' time than that allows,
+        after lost / ``EXPLORE_SHARE`` steps."""
         self.at -= self.gap
-        self.gap = EXPLORE if paid else min(2 * self.gap, EXPLORE_MAX)
+        self.gap = EXPLORE if paid else max(min(2 * self.gap, EXPLORE_MAX), math.ceil(lost / EXPLORE_SHARE))
         self.at += self.gap
 
 
@@ -699,13 +709,15 @@ class Controller:
         self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
         self.asked: tuple[Nodes, list[int], list[int], str] | None = None  # this step's nodes, parents, kept, stream
         self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
+        self.probe_cost = 0.0  # ... and what it costs whole, the draft model's catch-up included (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
         self.plan: Plan | None = None  # in a lock-step batch: the rows' shared sizes (start_auto_rows)
         self.entered: tuple[str, bool] | None = None  # in a batch: ``idle`` entered this step's plan (stream, explore)
         # at batch 1 on the CPU with a curve probed here (``Decoder.start_auto``): the run's step times, which price
         # host work and judge explorations (None: prices alone, as a pinned curve's study reproduces them)
         self.times = None  # a calibration.StepTimes (set by the decoder: this module does not import that one)
-        self.judging: tuple | None = None  # an exploration waiting for its step's time: (nodes, stream, tokens, size)
+        # an exploration waiting for its step's time: (nodes, stream, tokens, size, AR steps lost by its price)
+        self.judging: tuple | None = None
         self.chose: float | None = None  # with ``times``: when this step's choice began (``time.perf_counter``)
 
     @property
@@ -884,6 +896,7 @@ class Controller:
                 probe = 0
             elif probe:  # an AR step drafts instead: ``observe`` tells whether that paid
                 self.probe = self.spend(stream, probe, kind, extra, 1 + sum(max(p[i], 0.0) for i in order[:probe]))
+                self.probe_cost = price + self.behind(stream)  # the step's price, the whole catch-up with it
             chosen = order[:probe]
         elif cuts is None:
             if self.sticky:
@@ -1011,11 +1024,13 @@ class Controller:
         self.picked(nodes, parents, [], stream)
         return True
 
-    def result(self, nodes: Nodes, stream: str, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
-        """What this step's exploration was worth, to the schedule it came from: the stream's own, or the batch's
-        (``tokens`` emitted by an AR step turned into a draft of ``size`` candidates: ``Plan.worth``)."""
+    def result(self, nodes: Nodes, stream: str, paid: bool, tokens: float = 0.0, size: int = 0,
+               lost: float = 0.0) -> None:
+        """What this step's exploration was worth, to the schedule it came from: the stream's own (``lost``: AR steps'
+        time it cost beyond the tokens it emitted, ``Backoff.result``), or the batch's (``tokens`` emitted by an AR step
+        turned into a draft of ``size`` candidates: ``Plan.worth``)."""
         if self.plan is None:
-            nodes.explore.result(paid)
+            nodes.explore.result(paid, lost)
         else:
             self.plan.result(stream, self, paid, tokens, size)
 
@@ -1065,11 +1080,15 @@ class Controller:
         # a drafter may propose fewer than it was allowed (a shorter match)
         proposed = keep if v.shape.nodes >= len(keep) else keep[:v.shape.nodes]
         if self.probe is not None:  # paid: more accepted tokens per second than the AR step it replaced
+            # what it lost (``Backoff.result``), in AR steps, by its price (one step's time, a hiccup of the machine
+            # included, would set a long gap); a draft model's only: other drafters explore anew in every generation
+            # (``begin``), at the cost of an AR step turned into a draft, ~0.3-1.5 AR steps on the CPU
+            lost = self.probe_cost / self.ar_price() - 1 - v.accepted if self.catch_up is not None else 0.0
             if self.times is not None and self.times.ar_seconds:  # judged by its time, once the step is done
-                self.judging = (nodes, stream, 1 + v.accepted, len(proposed))
+                self.judging = (nodes, stream, 1 + v.accepted, len(proposed), lost)
             else:
                 self.result(nodes, stream, (1 + v.accepted) / self.probe > 1 / self.ar_price(), 1 + v.accepted,
-                            len(proposed))
+                            len(proposed), lost)
             self.probe = None
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
 
@@ -1079,9 +1098,9 @@ class Controller:
         time against an AR step's."""
         self.times.add(seconds, forwards, drafted, measured, priced, before)
         if self.judging is not None and self.times.ar_seconds:
-            nodes, stream, tokens, size = self.judging
+            nodes, stream, tokens, size, lost = self.judging
             self.judging = None
-            self.result(nodes, stream, tokens / seconds > 1 / self.times.ar_seconds, tokens, size)
+            self.result(nodes, stream, tokens / seconds > 1 / self.times.ar_seconds, tokens, size, lost)
 
     def describe(self) -> dict:
         """What a run records: per stream, the mean chosen size, the last generation's sizes, the first nodes' p."""
