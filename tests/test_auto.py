@@ -180,6 +180,22 @@ def verdict(proposed: int, accepted: int):
     return SimpleNamespace(accepted=accepted, shape=SimpleNamespace(nodes=proposed), path=list(range(accepted + 1)))
 
 
+def explorations(controller: Controller, steps: int, accepted: int = 0, kind: str = TREE,
+                 seconds: float | None = None) -> list[int]:
+    """The steps (from 1) at which stream "s" of ``controller``, offered 8 candidates at each of ``steps`` steps,
+    drafted, each drafted step accepting ``accepted`` of them. ``seconds``: the steps are timed, a drafted one that
+    long, an AR step 1 s."""
+    drafted = []
+    for i in range(steps):
+        k = controller.size("s", 8, kind=kind)
+        if k:
+            drafted.append(i + 1)
+            controller.observe(verdict(k, accepted))
+        if seconds is not None:
+            controller.timed(seconds if k else 1.0, 0.9, bool(k), 0.9, 1.0)
+    return drafted
+
+
 def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
     """Where the best pick is an AR step, a stream whose explorations do not pay explores at steps 16, 48, 112, 240,
     ... (the gap doubling up to EXPLORE_MAX); one that pays brings the gap back to EXPLORE. A new generation explores
@@ -188,29 +204,20 @@ def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
     controller = Controller(cost)
     controller.streams["s"] = nodes = Nodes()
     nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # never accepted: the best pick is empty
-
-    def run(steps: int, accepted: int) -> list[int]:
-        explored = []
-        for i in range(steps):
-            k = controller.size("s", 8)
-            if k:
-                explored.append(i + 1)
-                controller.observe(verdict(k, accepted))
-        return explored
-
-    explored = run(600, accepted=0)
+    explored = explorations(controller, 600, accepted=0)
     assert explored[:4] == [EXPLORE, 3 * EXPLORE, 7 * EXPLORE, 15 * EXPLORE], explored
     assert [b - a for a, b in zip(explored[3:], explored[4:])] == [auto.EXPLORE_MAX] * (len(explored) - 4)
     controller.begin()  # a new generation: the 16th step explores again, then the gap is EXPLORE_MAX still
-    assert run(EXPLORE + auto.EXPLORE_MAX, accepted=0) == [EXPLORE, EXPLORE + auto.EXPLORE_MAX]
+    assert explorations(controller, EXPLORE + auto.EXPLORE_MAX, accepted=0) == [EXPLORE, EXPLORE + auto.EXPLORE_MAX]
     controller.begin()
-    explored = run(4 * EXPLORE, accepted=auto.PROBE)  # 5 tokens for 2.5 steps' price: each exploration pays
+    # 5 tokens for 2.5 steps' price: each exploration pays
+    explored = explorations(controller, 4 * EXPLORE, accepted=auto.PROBE)
     assert explored == [EXPLORE, 2 * EXPLORE, 3 * EXPLORE, 4 * EXPLORE], explored
     # a drafter that explorations feed (Drafter.backoff): every EXPLORE-th step, while an exploration costs at most
     # auto.DEAR AR steps (dearer ones back off: test_an_exploration_dearer_than_two_ar_steps_backs_off_...)
     controller.backoff = False
     controller.cost = lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1)  # PROBE = 4 drafts cost 1.8 AR steps
-    assert run(8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]
+    assert explorations(controller, 8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]
 
 
 def test_an_exploration_that_loses_much_waits_until_its_loss_is_a_small_share():
@@ -230,15 +237,7 @@ def test_an_exploration_that_loses_much_waits_until_its_loss_is_a_small_share():
         if seconds is not None:
             controller.times = calibration.StepTimes()
             controller.times.add(seconds=1.0, forwards=0.9, drafted=False, measured=0.9, priced=1.0)
-        out = []
-        for i in range(steps):
-            k = controller.size("s", 8, kind=CHAIN)
-            if k:
-                out.append(i + 1)
-                controller.observe(verdict(k, accepted))
-            if seconds is not None:
-                controller.timed(seconds if k else 1.0, 0.9, bool(k), 0.9, 1.0)
-        return out
+        return explorations(controller, steps, accepted, CHAIN, seconds)
 
     share = auto.EXPLORE_SHARE
     assert explored(0) == [EXPLORE + round(i * 2.0 / share) for i in range(3)]  # 3 steps' price, 1 token: 2 lost
@@ -341,12 +340,7 @@ def test_an_exploration_that_would_pay_a_long_catch_up_waits():
         controller.streams["s"] = nodes = Nodes()
         nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
         controller.room = 100
-        steps = []
-        for i in range(4 * EXPLORE):
-            k = controller.size("s", 8, kind=CHAIN)
-            if k:
-                steps.append(i + 1)
-                controller.observe(verdict(k, 0))
+        steps = explorations(controller, 4 * EXPLORE, kind=CHAIN)
         assert steps == explored and nodes.explore.gap == 4 * EXPLORE, (catch_up, steps)
 
 
