@@ -853,7 +853,7 @@ def test_the_bound_prices_a_runs_own_forwards_draft_ones_by_the_drafts_curve(tar
     decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld", "speculative")}
     outs = {name: [d.generate(p, 12) for p in PROMPTS[:2]] for name, d in decoders.items()}
     def logged(got):
-        return [(o.forward_log, o.draft_forward_log) for o in got]
+        return [(o.forward_log, o.draft_forward_log, len(o.tokens)) for o in got]
 
     logs = {name: {"all": logged(got), "first": logged(got[:1])} for name, got in outs.items()}
     drafts = {name: d.draft for name, d in decoders.items()}
@@ -873,11 +873,52 @@ def test_the_bound_prices_a_runs_own_forwards_draft_ones_by_the_drafts_curve(tar
     assert got["pld"]["first"]["verify_block"] == pytest.approx(
         (1 + sum(q for q, _, _ in outs["pld"][0].forward_log[1:])) / outs["pld"][0].target_forwards)
     assert got["ar"]["all"]["verify_block"] == 1.0
-    # t(1) is AR's one-token step at the contexts the decoder's forwards ran at (the prefill: after the prompt)
+    # t(1) is AR's mean step over the same new tokens, each generation's from its prompt on (the prefill: the step
+    # after the prompt): the same for every decoder, not the mean at a decoder's own contexts, which sit further into
+    # the long prompts of a mixed group (fewer forwards saved there) and so promise more than any step reaches
     assert steps(outs["ar"][0].forward_log)[0] == (1, False, len(PROMPTS[0]) - 1)
-    fed = [f for o in outs["pld"] for f in steps(o.forward_log)]
     target_curve = Curve(decoders["ar"].target, len(PROMPTS[0]) + 6, 1, str(tmp_path))
-    assert got["pld"]["all"]["t1_seconds"] == pytest.approx(sum(target_curve(1, CHAIN, f[2]) for f in fed) / len(fed))
+    ar = [target_curve(1, CHAIN, len(p) - 1 + i) for p, o in zip(PROMPTS, outs["ar"]) for i in range(len(o.tokens))]
+    for name in decoders:
+        assert got[name]["all"]["t1_seconds"] == pytest.approx(sum(ar) / len(ar))
+    assert got["ar"]["all"]["tq_seconds"] == pytest.approx(got["ar"]["all"]["t1_seconds"])  # AR's steps are AR's
+    # so the bound MAT x t(1) / t_step is the group's priced AR time over its priced time
+    tokens = sum(len(o.tokens) for o in outs["pld"])
+    fed = [f for o in outs["pld"] for f in steps(o.forward_log)]
+    assert tokens / len(fed) * got["pld"]["all"]["t1_seconds"] / got["pld"]["all"]["tq_seconds"] == pytest.approx(
+        sum(ar) / price(fed, target_curve))
+
+
+def test_a_mixed_groups_bound_is_its_priced_ar_time_over_its_priced_time(family, tmp_path):
+    """A group of a short and a long prompt, priced by a pinned curve whose forwards cost twice as much after the
+    long prompt: PLD saves forwards on one prompt and not the other, so its forwards sit at other contexts than AR's
+    steps. The bound must still be the group's AR time over its time, both priced (what a noiseless run would
+    measure), with t(1) AR's own mean step, the same for every decoder; the mean of t(1) at PLD's contexts is not."""
+    from specnoise.bench.bound import ar_steps, bounds, price, steps
+
+    target = map_model(family, cycle_successor)  # decodes 10 11 12 13 14 10 ...: PLD's matches are known
+    decoders = {name: build_decoder(schema(name), target, None) for name in ("ar", "pld")}
+    short, long = [20, 21, 22], [20 + i % 40 for i in range(48)] + [10, 11, 12, 13, 14] * 2  # no match, then matches
+    outs = {name: [d.generate(p, 12) for p in (short, long)] for name, d in decoders.items()}
+    assert outs["pld"][0].target_forwards > outs["pld"][1].target_forwards  # the decoder's saving differs by prompt
+    context = 80
+    grid = {str(q): 0.001 * (1 + 0.05 * q) for q in (1, 2, 4, 8, 16)}
+    pinned = tmp_path / "curve.json"
+    pinned.write_text(json.dumps({"key": auto.machine_key(decoders["ar"].target, context),
+                                  "seconds": {CHAIN: {q: 2 * t for q, t in grid.items()},
+                                              TREE: {q: 2 * t for q, t in grid.items()}},
+                                  "near": {"context": 16, "seconds": {CHAIN: grid, TREE: grid}}}))
+    logs = {name: {"all": [(o.forward_log, None, len(o.tokens)) for o in got]} for name, got in outs.items()}
+    got = bounds(logs, decoders["ar"].target, {}, cache_len=context, cache_dir=str(pinned))
+    curve = Curve(decoders["ar"].target, context, 1, str(pinned))
+    ar_time = sum(price(ar_steps(o.forward_log, len(o.tokens)), curve) for o in outs["pld"])
+    fed = [f for o in outs["pld"] for f in steps(o.forward_log)]
+    mat = sum(len(o.tokens) for o in outs["pld"]) / len(fed)
+    pld, ar_row = got["pld"]["all"], got["ar"]["all"]
+    assert pld["t1_seconds"] == pytest.approx(ar_row["t1_seconds"]) == pytest.approx(ar_row["tq_seconds"])
+    assert mat * pld["t1_seconds"] / pld["tq_seconds"] == pytest.approx(ar_time / price(fed, curve))
+    at_own = price([(1, False, f[2]) for f in fed], curve) / len(fed)  # t(1) at PLD's own contexts
+    assert at_own != pytest.approx(pld["t1_seconds"], rel=1e-3)
 
 
 def test_a_group_with_an_unlogged_generation_gets_no_bound(target, draft):
@@ -887,7 +928,8 @@ def test_a_group_with_an_unlogged_generation_gets_no_bound(target, draft):
 
     decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld")}
     outs = {name: [d.generate(p, 12) for p in PROMPTS[:2]] for name, d in decoders.items()}
-    logs = {name: {"all": [(o.forward_log, None) for o in got], "old": [(got[0].forward_log, None), (None, None)]}
+    logs = {name: {"all": [(o.forward_log, None, len(o.tokens)) for o in got],
+                   "old": [(got[0].forward_log, None, len(got[0].tokens)), (None, None, len(got[1].tokens))]}
             for name, got in outs.items()}
     got = bounds(logs, decoders["ar"].target, {}, cache_len=30, timed=False)
     assert set(got["pld"]) == {"all"} and got["pld"]["all"]["tq_seconds"] is None

@@ -8,7 +8,12 @@ rather than a plain causal chain, and how many tokens its cache held), a generat
 MAT (each prompt's first repeat) by the forward-cost curve of their kind at their own context (``decoding/auto.py``'s
 ``Curve``, timed on AR's engine at the run's threads and dtype over 16 cached tokens and one of the prompts' typical
 length, cached per machine + model + settings under ``decoder.cost_cache``); t_step is their mean, the prefill priced
-as the one-token forward AR's first step decodes from, and t(1) the mean of AR's one-token step at the same contexts.
+as the one-token forward AR's first step decodes from, and t(1) AR's mean step over the same tokens: each generation's
+n new tokens as n one-token forwards from its own prompt on (``ar_steps``), so the bound MAT x t(1) / t_step is the
+priced AR time of the group's generations over their priced time. Not the mean of t(1) at the decoder's own forwards:
+in a group that mixes short and long prompts (Spec-Bench's 1,300-token RAG prompts beside 50-token questions) a
+decoder saves fewer forwards on the long prompts, so its forwards sit at longer contexts than AR's, and that mean
+promised a speedup no step reaches (PLD on Spec-Bench-10: 1.34x where its categories' own bounds add up to 1.25x).
 This is what tells "TR-Jacobi accepts 2.2 tokens but runs at 0.6x AR" apart from a bug: on a 2-core CPU a 69-token
 forward costs several one-token forwards, on a GPU about one. A decoder with a draft model (speculative, Ouroboros) pays
 its draft forwards too, logged alike and priced by the draft engine's own curve, added to t_step (``draft_seconds`` per
@@ -38,30 +43,42 @@ def steps(fed: Fed) -> Fed:
     (after the prompt)."""
     if not fed:
         return []
+    return [ar_steps(fed, 1)[0]] + list(fed[1:])
+
+
+def ar_steps(fed: Fed, tokens: int) -> Fed:
+    """The forwards AR runs for a generation of ``tokens`` new tokens whose target forwards were ``fed``: one token
+    each, the first after the prompt (as ``steps`` counts a prefill), each next one a token further on."""
     first = fed[0]
-    return [(1, False) if context(first) is None else (1, False, first[2] + first[0] - 1)] + list(fed[1:])
+    if context(first) is None:
+        return [(1, False)] * tokens
+    start = first[2] + first[0] - 1
+    return [(1, False, start + i) for i in range(tokens)]
 
 
-def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], target, drafts: dict[str, object],
+def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None, int]]]], target, drafts: dict[str, object],
            cache_len: int, cache_dir: str | None = None, timed: bool = True) -> dict[str, dict[str, dict]]:
     """Per decoder and group (``logs[decoder][group]``: each generation's target and draft forwards, ``None`` where a
-    generation was not logged): ``verify_block`` (mean tokens per target forward), ``tree_share`` (forwards fed with a
-    mask) and this machine's ``t1_seconds`` / ``tq_seconds`` (the mean priced step per target forward, its draft
-    forwards included) and ``draft_seconds`` (their part of it; 0 without a draft model); the bound itself needs the
+    generation was not logged, and its new tokens): ``verify_block`` (mean tokens per target forward), ``tree_share``
+    (forwards fed with a mask) and this machine's ``t1_seconds`` (AR's mean step over the same new tokens, ``ar_steps``)
+    / ``tq_seconds`` (the mean priced step per target forward, its draft forwards included) and ``draft_seconds``
+    (their part of it; 0 without a draft model); the bound itself needs the
     row's MAT (``timing.cost_bound``). A group with an unlogged generation gets none. ``target``: AR's engine, whose
     curve prices every target forward; ``drafts[decoder]``: the decoder's draft engine (None: none). ``timed=False``:
     the blocks only, no curve probed (a batched job)."""
-    counted: dict[str, dict[str, tuple[Fed, Fed]]] = {}  # decoder -> group -> (target steps, draft forwards)
+    counted: dict[str, dict[str, tuple[Fed, Fed, Fed]]] = {}  # decoder -> group -> (target steps, draft, AR's steps)
     for name, groups in logs.items():
         for group, generations in groups.items():
-            if not generations or any(fed is None for fed, _ in generations):
+            if not generations or any(fed is None for fed, *_ in generations):
                 continue
-            fed = [f for gen, _ in generations for f in steps(gen)]
+            fed = [f for gen, *_ in generations for f in steps(gen)]
             if fed:
-                counted.setdefault(name, {})[group] = fed, [f for _, gen in generations for f in gen or []]
+                drafted = [f for _, gen, _ in generations for f in gen or []]
+                ar = [f for gen, _, n in generations if gen for f in ar_steps(gen, n)]
+                counted.setdefault(name, {})[group] = fed, drafted, ar
     out = {name: {group: {"verify_block": sum(f[0] for f in fed) / len(fed),
                           "tree_share": sum(f[1] for f in fed) / len(fed), "t1_seconds": None, "tq_seconds": None}
-                  for group, (fed, _) in groups.items()} for name, groups in counted.items()}
+                  for group, (fed, *_) in groups.items()} for name, groups in counted.items()}
     if not timed or not out:
         return out
     curves: dict[int, Curve] = {}
@@ -81,9 +98,9 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None]]]], targ
     for name, groups in counted.items():
         draft = drafts.get(name)
         draft_curve = curve_of(draft, widest([name], 1)) if draft is not None else None
-        for group, (fed, drafted) in groups.items():
+        for group, (fed, drafted, ar) in groups.items():
             per = price(drafted, draft_curve) / len(fed) if drafted else 0.0
-            ar_step = price([(1, False, *f[2:3]) for f in fed], curve) / len(fed)  # AR at the same contexts
+            ar_step = price(ar, curve) / max(len(ar), 1)  # AR's own steps for the same tokens
             out[name][group].update(t1_seconds=ar_step, curve=curve.describe(), draft_seconds=per,
                                     tq_seconds=price(fed, curve) / len(fed) + per)
     return out

@@ -366,7 +366,8 @@ def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict[str, dict]]:
 
     groups = by_category(m.samples)
     groups["all"] = m.samples
-    logs = {name: {category: [(t.out.forward_log, t.out.draft_forward_log) for s in group for t in m.runs[name][s.id]]
+    logs = {name: {category: [(t.out.forward_log, t.out.draft_forward_log, len(t.out.tokens))
+                              for s in group for t in m.runs[name][s.id]]
                    for category, group in groups.items()} for name in m.runs}
     decoders = {name: setup.decoders.get(name, setup.decoders["ar"]) for name in m.runs}  # REFERENCE is AR's
     lengths = [len(setup.encode(s, [])) for s in m.samples]
