@@ -129,6 +129,7 @@ WINDOW_NEAR, WINDOW_TRIAL = 0.5, 24
 
 class Lookahead(Drafter):
     name = "lookahead"
+    kept = ("idle",)  # its n-gram pool is a generation's own
 
     def setup(self):
         # decoder.auto: when a run of AR steps runs the window; its gap kept across prompts (Backoff.restart)

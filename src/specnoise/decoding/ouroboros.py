@@ -129,6 +129,8 @@ class Ouroboros(Drafter):
         inside each prompt's timed region."""
         return Verifier(self.draft, self.read, sampling=self.cfg if self.sampled else None, vocab=self.vocab)
 
+    kept = ("pool", "drafted")
+
     def reset_history(self):
         self.pool.clear()
 

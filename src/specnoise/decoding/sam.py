@@ -130,6 +130,13 @@ class SAM(Drafter):
         if self.fallback is not None:
             self.fallback.reset_history()
 
+    def history(self):
+        return {} if self.fallback is None else {"fallback": self.fallback.history()}
+
+    def restore(self, saved):
+        if self.fallback is not None:
+            self.fallback.restore(saved["fallback"])
+
     def fork(self, decoder):
         clone = super().fork(decoder)
         clone.steps = dict(self.steps)

@@ -78,6 +78,8 @@ class TokenRecycling(Drafter):
         if not self.cfg.reuse_history:
             self.reset_history()
 
+    kept = ("M",)
+
     def reset_history(self):
         self.M.zero_()
 

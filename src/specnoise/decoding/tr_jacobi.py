@@ -17,6 +17,7 @@ a score-0 retrieval still returns tokens, and the first step has no retrieval.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 
@@ -187,6 +188,22 @@ class TRJacobi(Drafter):
         self.filled = t.tree.rows - a if self.cfg.faithful else sum(i >= 0 for i in v.path) - a - 1
 
     # ------------------------------------------------------------------------------------ tree=auto
+    def history(self):
+        """tree=auto's statistics and the sub-tree they picked (``Decoder.history``). The tree and its tables are
+        replaced by a new pick, never changed in place: kept by reference, so a restored tree's verify shapes keep
+        their device functions (recorded graphs on a graph engine)."""
+        if self.stats is None:
+            return {}
+        return {"stats": copy.deepcopy(self.stats), "generations": self.generations, "meta": dict(self.meta),
+                "tree": (self.tree, self.R, self.index, dict(self.tables), self.parents)}
+
+    def restore(self, saved):
+        if saved:
+            self.stats, self.generations, self.meta = copy.deepcopy(saved["stats"]), saved["generations"], dict(
+                saved["meta"])
+            self.tree, self.R, self.index, tables, self.parents = saved["tree"]
+            self.tables = dict(tables)
+
     def after_generation(self):
         if self.stats is not None:
             self.generations += 1
