@@ -109,6 +109,7 @@ class KeepDraws:
 class Ouroboros(Drafter):
     name = "ouroboros"
     needs_draft = True
+    kept = ("pool", "drafted")  # the phrase pool and decoder.auto's draft cost, across prompts (``Decoder.history``)
 
     @classmethod
     def draws_drafts(cls, cfg) -> bool:
@@ -128,8 +129,6 @@ class Ouroboros(Drafter):
         per decoder and engine, so its per-shape device functions (CUDA graphs on a graph engine) are built once, not
         inside each prompt's timed region."""
         return Verifier(self.draft, self.read, sampling=self.cfg if self.sampled else None, vocab=self.vocab)
-
-    kept = ("pool", "drafted")
 
     def reset_history(self):
         self.pool.clear()

@@ -57,6 +57,7 @@ class Plan:
 class TokenRecycling(Drafter):
     name = "token_recycling"
     backoff = False  # its explorations feed its next candidates (auto.py)
+    kept = ("M",)  # the matrix, kept across prompts (``Decoder.history``)
 
     def setup(self):
         cfg, target = self.cfg, self.target
@@ -77,8 +78,6 @@ class TokenRecycling(Drafter):
         super().begin(prompt, budget, seed)
         if not self.cfg.reuse_history:
             self.reset_history()
-
-    kept = ("M",)
 
     def reset_history(self):
         self.M.zero_()

@@ -199,10 +199,9 @@ class TRJacobi(Drafter):
 
     def restore(self, saved):
         if saved:
-            self.stats, self.generations, self.meta = copy.deepcopy(saved["stats"]), saved["generations"], dict(
-                saved["meta"])
-            self.tree, self.R, self.index, tables, self.parents = saved["tree"]
-            self.tables = dict(tables)
+            self.stats, self.generations = copy.deepcopy(saved["stats"]), saved["generations"]
+            self.meta, self.tables = dict(saved["meta"]), dict(saved["tree"][3])
+            self.tree, self.R, self.index, _, self.parents = saved["tree"]
 
     def after_generation(self):
         if self.stats is not None:
