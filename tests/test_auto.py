@@ -847,13 +847,14 @@ def test_every_engine_logs_the_forwards_its_model_runs(target, draft):
 def test_the_bound_prices_a_runs_own_forwards_draft_ones_by_the_drafts_curve(target, draft, tmp_path):
     """speculative's step is its target forward and its draft forwards: the bound's t_step counts both, priced from
     the generations' own logs, the draft ones by the draft engine's curve, so a bound never promises the speed of
-    verification alone; the prefill counts as the one-token step AR decodes from."""
+    verification alone; in a step's mean the prefill counts as the one-token step AR decodes from, in the bound as the
+    forward it was."""
     from specnoise.bench.bound import bounds, price, steps
 
     decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld", "speculative")}
     outs = {name: [d.generate(p, 12) for p in PROMPTS[:2]] for name, d in decoders.items()}
     def logged(got):
-        return [(o.forward_log, o.draft_forward_log, len(o.tokens)) for o in got]
+        return [(o.forward_log, o.draft_forward_log, len(o.tokens), len(p)) for o, p in zip(got, PROMPTS)]
 
     logs = {name: {"all": logged(got), "first": logged(got[:1])} for name, got in outs.items()}
     drafts = {name: d.draft for name, d in decoders.items()}
@@ -887,6 +888,18 @@ def test_the_bound_prices_a_runs_own_forwards_draft_ones_by_the_drafts_curve(tar
     fed = [f for o in outs["pld"] for f in steps(o.forward_log)]
     assert tokens / len(fed) * got["pld"]["all"]["t1_seconds"] / got["pld"]["all"]["tq_seconds"] == pytest.approx(
         sum(ar) / price(fed, target_curve))
+    # the bound: whole generations, each prefill as it ran (AR's the prompt alone, PLD's with its first proposal),
+    # every other forward as above; AR against itself is 1
+    ar_whole = sum(target_curve(len(p), CHAIN, 0) + sum(target_curve(1, CHAIN, len(p) + i) for i in range(
+        len(o.tokens) - 1)) for p, o in zip(PROMPTS, outs["ar"]))
+    pld_whole = sum(price(o.forward_log, target_curve) for o in outs["pld"])
+    assert got["ar"]["all"]["ar_seconds"] == pytest.approx(ar_whole) == pytest.approx(got["ar"]["all"]["seconds"])
+    assert got["pld"]["all"]["ar_seconds"] == pytest.approx(ar_whole)
+    assert got["pld"]["all"]["seconds"] == pytest.approx(pld_whole)
+    assert got["speculative"]["all"]["seconds"] == pytest.approx(
+        sum(price(o.forward_log, target_curve) for o in spec) + drafted)
+    prefills = sum(target_curve(len(p), CHAIN, 0) for p in PROMPTS[:2])
+    assert got["pld"]["all"]["prefill_share"] == pytest.approx(prefills / ar_whole)
 
 
 def test_a_mixed_groups_bound_is_its_priced_ar_time_over_its_priced_time(family, tmp_path):
@@ -908,10 +921,12 @@ def test_a_mixed_groups_bound_is_its_priced_ar_time_over_its_priced_time(family,
                                   "seconds": {CHAIN: {q: 2 * t for q, t in grid.items()},
                                               TREE: {q: 2 * t for q, t in grid.items()}},
                                   "near": {"context": 16, "seconds": {CHAIN: grid, TREE: grid}}}))
-    logs = {name: {"all": [(o.forward_log, None, len(o.tokens)) for o in got]} for name, got in outs.items()}
+    logs = {name: {"all": [(o.forward_log, None, len(o.tokens), len(p)) for o, p in zip(got, (short, long))]}
+            for name, got in outs.items()}
     got = bounds(logs, decoders["ar"].target, {}, cache_len=context, cache_dir=str(pinned))
     curve = Curve(decoders["ar"].target, context, 1, str(pinned))
-    ar_time = sum(price(ar_steps(o.forward_log, len(o.tokens)), curve) for o in outs["pld"])
+    ar_time = sum(price(ar_steps(o.forward_log, len(o.tokens), len(p)), curve) for o, p in zip(outs["pld"],
+                                                                                            (short, long)))
     fed = [f for o in outs["pld"] for f in steps(o.forward_log)]
     mat = sum(len(o.tokens) for o in outs["pld"]) / len(fed)
     pld, ar_row = got["pld"]["all"], got["ar"]["all"]
@@ -919,6 +934,30 @@ def test_a_mixed_groups_bound_is_its_priced_ar_time_over_its_priced_time(family,
     assert mat * pld["t1_seconds"] / pld["tq_seconds"] == pytest.approx(ar_time / price(fed, curve))
     at_own = price([(1, False, f[2]) for f in fed], curve) / len(fed)  # t(1) at PLD's own contexts
     assert at_own != pytest.approx(pld["t1_seconds"], rel=1e-3)
+    # the bound over whole generations: each first forward priced as it ran, the prompt's prefill (AR's the prompt
+    # alone), then the other forwards
+    whole = sum(price(o.forward_log, curve) for o in outs["pld"])
+    ar_whole = sum(curve(len(p), CHAIN, 0) + price(ar_steps(o.forward_log, len(o.tokens), len(p))[1:], curve)
+                   for o, p in zip(outs["ar"], (short, long)))
+    assert pld["seconds"] == pytest.approx(whole) and pld["ar_seconds"] == pytest.approx(ar_whole)
+    assert ar_row["seconds"] == pytest.approx(ar_whole)
+
+
+def test_a_split_prefill_is_priced_as_the_two_forwards_it_ran(family):
+    """From ``SPLIT_PREFIX`` prompt tokens on, the CPU's dynamic engine feeds a first step's prompt alone, then the
+    proposal (``Engine.splits``): the bound prices that first step as a causal prefill and a masked block after it;
+    a shorter prompt's first step, one forward, as one; a static engine never splits."""
+    from specnoise.bench.bound import prefill
+    from specnoise.decoding.kv import SPLIT_PREFIX
+
+    model = map_model(family, cycle_successor).model
+    engine = DynamicEngine(model)
+    long, short = SPLIT_PREFIX + 40, SPLIT_PREFIX - 40
+    assert prefill([(long + 9, True, 0), (3, True, long + 9)], long, engine) == [(long, False, 0), (9, True, long)]
+    assert prefill([(short + 9, True, 0)], short, engine) == [(short + 9, True, 0)]
+    assert prefill([(long, False, 0)], long, engine) == [(long, False, 0)]  # AR's: the prompt alone
+    assert prefill([(long + 9, False, 0)], long, engine) == [(long + 9, False, 0)]  # a causal chain: one forward
+    assert prefill([(long + 9, True, 0)], long, StaticEngine(model)) == [(long + 9, True, 0)]
 
 
 def test_a_group_with_an_unlogged_generation_gets_no_bound(target, draft):
@@ -928,8 +967,9 @@ def test_a_group_with_an_unlogged_generation_gets_no_bound(target, draft):
 
     decoders = {name: build_decoder(schema(name), target, draft) for name in ("ar", "pld")}
     outs = {name: [d.generate(p, 12) for p in PROMPTS[:2]] for name, d in decoders.items()}
-    logs = {name: {"all": [(o.forward_log, None, len(o.tokens)) for o in got],
-                   "old": [(got[0].forward_log, None, len(got[0].tokens)), (None, None, len(got[1].tokens))]}
+    logs = {name: {"all": [(o.forward_log, None, len(o.tokens), len(p)) for o, p in zip(got, PROMPTS)],
+                   "old": [(got[0].forward_log, None, len(got[0].tokens), len(PROMPTS[0])),
+                           (None, None, len(got[1].tokens), len(PROMPTS[1]))]}
             for name, got in outs.items()}
     got = bounds(logs, decoders["ar"].target, {}, cache_len=30, timed=False)
     assert set(got["pld"]) == {"all"} and got["pld"]["all"]["tq_seconds"] is None
@@ -975,9 +1015,16 @@ def test_the_curve_prices_a_runs_forwards_within_15_percent(name, tmp_path):
         drafts = draft and Curve(decoder.draft, len(prompts_[0]) + 32, 16, str(tmp_path))
         predicted = measured = 0.0
         for prompt in prompts_:
-            out = decoder.generate(prompt, 64)
-            predicted += price(out.forward_log, curve) + (price(out.draft_forward_log, drafts) if draft else 0.0)
-            measured += out.target_seconds + (out.draft_seconds or 0.0)
+            # each prompt's fastest of 3 generations against its price, as the probe keeps the fastest of 9 timings:
+            # on this shared VM a generation's forwards took 0.93-1.3x their price within one process, by CPU time
+            # as by the wall clock (the machine's neighbours, not preemption); a price 15% off either way still fails
+            runs = []
+            for _ in range(3):
+                out = decoder.generate(prompt, 64)
+                runs.append((out.target_seconds + (out.draft_seconds or 0.0),
+                             price(out.forward_log, curve) + (price(out.draft_forward_log, drafts) if draft else 0.0)))
+            took, priced = min(runs, key=lambda run: run[0] / run[1])
+            predicted, measured = predicted + priced, measured + took
         # the curve was probed before the runs, in CPU time; the runs are timed by the wall clock. If the machine's
         # speed moved since (a frequency change) or other jobs share its cores (wall time then runs ahead of CPU
         # time), the comparison says nothing about the curve: probe t(1) again, by the wall clock, and refuse such a

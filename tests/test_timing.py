@@ -88,8 +88,10 @@ def test_a_prompts_time_is_its_repeats_by_the_chosen_statistic():
 def test_rows_carry_ci_cv_noise_breakdown_and_bound():
     ar = [[1.0, 1.02], [2.0, 1.98], [1.5, 1.5]]
     m = measured(ar, [[0.5, 0.5], [1.0, 1.0], [0.75, 0.76]],
-                 bounds={"ar": {"all": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01}},
-                         "pld": {"all": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.0125}}})
+                 bounds={"ar": {"all": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01,
+                                        "ar_seconds": 0.2, "seconds": 0.2}},
+                         "pld": {"all": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.0125,
+                                         "ar_seconds": 0.2, "seconds": 0.125}}})
     rows = {(r["decoder"], r["category"]): r for r in summary_rows(m)}
     pld, base = rows[("pld", "all")], rows[("ar", "all")]
     assert pld["speedup"] == pytest.approx(4.5 / 2.255) and pld["repeats"] == 2
@@ -98,22 +100,29 @@ def test_rows_carry_ci_cv_noise_breakdown_and_bound():
     assert pld["timing_noisy"] is False and base["speedup_ci_low"] == base["speedup_ci_high"] == 1.0
     assert base["target_seconds"] == pytest.approx(0.8 * 4.5) and base["other_seconds"] == pytest.approx(0.2 * 4.5)
     assert pld["target_seconds"] is None and pld["other_seconds"] is None  # not attributed: not guessed
-    assert pld["mean_accepted_tokens"] == 2.0 and pld["cost_bound"] == pytest.approx(2.0 * 0.01 / 0.0125)
+    # the bound: AR's priced time over the decoder's (their prefills included), not MAT x t(1) / t(q) (1.6 here)
+    assert pld["mean_accepted_tokens"] == 2.0 and pld["cost_bound"] == pytest.approx(0.2 / 0.125)
+    assert base["cost_bound"] == pytest.approx(1.0)
     assert pld["speedup_exceeds_mat"] is False and base["speedup_exceeds_mat"] is False
 
 
 def test_the_why_line_says_what_a_step_costs_and_how_much_of_it_is_drafting():
-    bounds = {"ar": {"all": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01}},
-              "pld": {"all": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.04, "draft_seconds": 0.025}}}
+    bounds = {"ar": {"all": {"verify_block": 1.0, "t1_seconds": 0.01, "tq_seconds": 0.01, "ar_seconds": 0.3,
+                             "seconds": 0.3, "prefill_share": 0.1}},
+              "pld": {"all": {"verify_block": 3.0, "t1_seconds": 0.01, "tq_seconds": 0.04, "draft_seconds": 0.025,
+                              "ar_seconds": 0.3, "seconds": 0.6, "prefill_share": 0.1}}}
     pld = next(r for r in summary_rows(measured([[1.0, 1.0]], [[0.5, 0.5]], bounds=bounds))
                if r["decoder"] == "pld" and r["category"] == "all")
     assert pld["cost_ratio"] == pytest.approx(4.0) and pld["cost_bound"] == pytest.approx(0.5)
     assert pld["why"].startswith("pld accepts 2.00 tokens per forward, a step (a forward of 3.0 tokens and its "
-                                 "drafting) costs 4.00x one token, 2.50x of it in the draft model: drafting cannot pay")
+                                 "drafting) costs 4.00x one token, 2.50x of it in the draft model, and the prompts' "
+                                 "prefill takes 10% of AR's time: drafting cannot pay here (at best 0.50x AR)")
     bounds["pld"]["all"]["draft_seconds"] = 0.0  # no draft model: a forward's cost
     pld = next(r for r in summary_rows(measured([[1.0, 1.0]], [[0.5, 0.5]], bounds=bounds))
                if r["decoder"] == "pld" and r["category"] == "all")
-    assert "a forward of 3.0 tokens costs 4.00x one token:" in pld["why"]
+    assert "a forward of 3.0 tokens costs 4.00x one token, and the prompts' prefill" in pld["why"]
+    assert "prefill" not in next(r for r in summary_rows(measured([[1.0, 1.0]], [[0.5, 0.5]], bounds=bounds))
+                                 if r["decoder"] == "ar" and r["category"] == "all")["why"]
 
 
 def test_a_row_faster_than_its_mat_or_with_shaky_ar_is_flagged():

@@ -599,7 +599,7 @@ class BenchmarkConfig:
     # the uncontended cost, as timeit advises). Every decoder and AR alike; per_prompt.jsonl keeps each repeat
     repeat_stat: str = "median"
     bootstrap: int = 2000  # paired bootstrap resamples of the prompts for the speedup's 95% CI (seeded by `seed`)
-    cost_bound: bool = True  # after timing: count each decoder's verify block and time t(1), t(q) for MAT*t(1)/t(q)
+    cost_bound: bool = True  # after timing: each decoder's verify block, and its forwards priced by t(q) (bound.py)
     # prompts decoded together, taken in order in groups of this many (the last group may be smaller); every decoder
     # and the AR baseline decode each group together (Decoder.generate_batch); > 1 also times AR at batch 1 (the
     # `ar_bs1` rows: the lossless reference and `speedup_vs_bs1_ar`)

@@ -366,7 +366,7 @@ def measure_bounds(setup: Setup, m: Measured) -> dict[str, dict[str, dict]]:
 
     groups = by_category(m.samples)
     groups["all"] = m.samples
-    logs = {name: {category: [(t.out.forward_log, t.out.draft_forward_log, len(t.out.tokens))
+    logs = {name: {category: [(t.out.forward_log, t.out.draft_forward_log, len(t.out.tokens), len(t.prompt))
                               for s in group for t in m.runs[name][s.id]]
                    for category, group in groups.items()} for name in m.runs}
     decoders = {name: setup.decoders.get(name, setup.decoders["ar"]) for name in m.runs}  # REFERENCE is AR's
@@ -578,7 +578,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     # batched curve t(B·q) is bench/batch_cost.py's), but its verify block q still holds
     t1, tq = (bound.get("t1_seconds"), bound.get("tq_seconds")) if m.batch_of(name) == 1 else (None, None)
     ratio = tq / t1 if t1 and tq else None  # a step's priced cost over a one-token forward
-    cost_bound = timing.cost_bound(mat, t1, tq)
+    # AR's priced time over the decoder's, prefills included (bound.py); None where the bound was not computed
+    cost_bound = timing.cost_bound(bound.get("ar_seconds"), bound.get("seconds")) if t1 else None
     return {
         "decoder": name, "model": m.model, "draft": None if conf.draft.name == "none" else conf.draft.name,
         "benchmark": conf.benchmark.name, "category": category, "prompts": len(group), "turns": len(outs),
@@ -604,9 +605,13 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         # where the time goes (over repeats by benchmark.repeat_stat, summed over the group's turns)
         "target_seconds": target_s, "draft_seconds": draft_s,
         "other_seconds": None if target_s is None else seconds - target_s - (draft_s or 0.0),
+        # the curve's price of the same forwards (the first repeat's, prefills as they ran): beside target_seconds +
+        # draft_seconds, how well the cost model predicts this run; cost_bound is AR's over it (bound.py)
+        "priced_seconds": bound.get("seconds") if t1 else None,
         "verify_block": bound.get("verify_block"), "cost_ratio": ratio, "cost_bound": cost_bound,
         "why": timing.explain(name, mat, bound.get("verify_block"), ratio, cost_bound, speedup,
-                              (bound.get("draft_seconds") or 0.0) / t1 if ratio else 0.0),
+                              (bound.get("draft_seconds") or 0.0) / t1 if ratio else 0.0,
+                              bound.get("prefill_share") or 0.0),
         "speedup_exceeds_mat": speedup > mat * 1.0001 if name != base else False,  # impossible for a real timing
         # batching: rows decoded together, and the speedup against AR at batch 1 (the group's tokens per second
         # against AR's one prompt at a time; equal to `speedup` at batch size 1)

@@ -1,5 +1,5 @@
 """How sure a speedup is: the paired bootstrap CI, AR's spread across repeats, the noise alarm, the calibration
-against ``hf_greedy`` and the cost-model bound ``MAT x t(1) / t(q)``.
+against ``hf_greedy`` and the cost-model bound (AR's priced time over the decoder's).
 
 Pure numpy over per-prompt seconds, so the measuring loop and the result writer share one definition:
 
@@ -11,8 +11,9 @@ Pure numpy over per-prompt seconds, so the measuring loop and the result writer 
 * **timing_noisy**: the CI reaches beyond +-15% of the speedup, or ar_time_cv exceeds 20%: the row's speedup is
   not a measurement of the decoder but of the machine (None when neither can be judged: one prompt, one repeat);
 * **cost bound**: a step that verifies q tokens and accepts MAT on average can be at most MAT x t(1) / t(q) times
-  faster than AR, with t(q) the forward-cost curve measured on this machine (``forward_cost.py``); and never faster
-  than MAT itself, so a row above its MAT is flagged as impossible for a real measurement.
+  faster than AR's steps, with t(q) the forward-cost curve measured on this machine (bench/bound.py); both pay the
+  same prompts' prefills, so the generation is at most AR's priced time over the decoder's, prefills included; and
+  never faster than MAT itself, so a row above its MAT is flagged as impossible for a real measurement.
 """
 
 from __future__ import annotations
@@ -83,9 +84,11 @@ def calibration_warning(rows: list[dict]) -> str | None:
 
 
 def explain(name: str, mat: float, block: float | None, ratio: float | None, bound: float | None,
-            speedup: float, draft_ratio: float = 0.0) -> str:
+            speedup: float, draft_ratio: float = 0.0, prefill_share: float = 0.0) -> str:
     """One line a reader understands: what the decoder accepts, what its forwards cost here, and what follows.
-    ``ratio``: a step's priced cost over a one-token forward, ``draft_ratio`` of it in draft-model forwards."""
+    ``ratio``: a step's priced cost over a one-token forward, ``draft_ratio`` of it in draft-model forwards,
+    ``prefill_share``: AR's prefills' share of its priced time (a decoder pays them too: the bound is nearer 1 than
+    MAT over the ratio)."""
     if block is None or ratio is None or bound is None:
         return f"{name} accepts {mat:.2f} tokens per target forward (no cost curve measured)"
     step = f"a step (a forward of {block:.1f} tokens and its drafting)" if draft_ratio else \
@@ -93,6 +96,8 @@ def explain(name: str, mat: float, block: float | None, ratio: float | None, bou
     head = f"{name} accepts {mat:.2f} tokens per forward, {step} costs {ratio:.2f}x one token"
     if draft_ratio:
         head += f", {draft_ratio:.2f}x of it in the draft model"
+    if prefill_share >= 0.005 and name != "ar":
+        head += f", and the prompts' prefill takes {prefill_share:.0%} of AR's time"
     if name == "ar":
         return f"{head}: the baseline"
     if bound < 1:
@@ -102,8 +107,9 @@ def explain(name: str, mat: float, block: float | None, ratio: float | None, bou
     return f"{head}: at best {bound:.2f}x AR, measured {speedup:.2f}x ({share:.0%} of it){tail}"
 
 
-def cost_bound(mat: float, t1: float | None, tq: float | None) -> float | None:
-    """The most a step of q verified tokens accepting ``mat`` tokens can gain over AR's one-token steps."""
-    if t1 is None or tq is None or tq <= 0:
+def cost_bound(ar_seconds: float | None, seconds: float | None) -> float | None:
+    """The most a decoder can gain over AR: AR's priced time for the same prompts and new tokens over the decoder's
+    (bench/bound.py: its steps of q verified tokens accepting MAT of them, its drafting and its prefills)."""
+    if ar_seconds is None or seconds is None or seconds <= 0:
         return None
-    return mat * t1 / tq
+    return ar_seconds / seconds

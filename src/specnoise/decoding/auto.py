@@ -100,6 +100,9 @@ CHAIN, TREE = "chain", "tree"  # a causal block without a mask; a block with pos
 GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
 # the sizes probed over the short context too: what a longer context adds to a forward grows smoothly with q
 NEAR_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
+# ... and, up to a curve's ``reach`` (a draft model's catch-up, a prompt's prefill in the cost bound), these longer
+# ones, so that a prompt between 128 tokens and the reach is priced from sizes near its own, not on one line between
+REACH_GRID = (256, 512, 1024, 2048, 4096, 8192)
 # a curve gets a context dimension only where its context is this much longer than the short one: below it the two
 # probes' difference is timing noise
 NEAR_SPAN = 128
@@ -224,9 +227,10 @@ class Curve:
         self.pinned = bool(cache_dir and cache_dir.endswith(".json") and self.cached)
         self.ensure(engine, largest)
 
-    def ensure(self, engine, largest: int) -> None:
-        """Probe the grid sizes up to ``largest`` that are not measured yet (both kinds, both contexts), and save;
-        nothing for a pinned curve."""
+    def ensure(self, engine, largest: int, reach: int = 0) -> None:
+        """Probe the grid sizes up to ``largest`` that are not measured yet (both kinds, both contexts; over the short
+        one up to ``reach`` too, where longer), and save; nothing for a pinned curve."""
+        self.reach = max(self.reach, reach)
         if self.pinned:
             return
         # no larger than fits after the curve's context, or after the engine's cache where that is longer (the probe
@@ -248,7 +252,8 @@ class Curve:
         if near is not None and engine.length <= near:
             wide = {1, 2, max(qs), *(q for q in qs if q in NEAR_GRID or q in self.buckets)}
             if self.reach > max(qs):
-                wide.add(min(self.reach, engine.max_length - near - 1))
+                top = min(self.reach, engine.max_length - near - 1)
+                wide |= {q for q in NEAR_GRID + REACH_GRID if max(qs) < q < top} | {top}
             near_todo = sorted(q for q in wide if q not in self.near[CHAIN] or q not in self.near[TREE])
         if not todo and not near_todo:
             return

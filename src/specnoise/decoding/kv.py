@@ -254,6 +254,12 @@ class Engine:
     def reserve(self, n: int) -> None:
         """A generation of up to ``n`` tokens (prompt + new) follows: size a static cache now (no-op here)."""
 
+    def splits(self, prefix: int, q: int, masked: bool) -> bool:
+        """Whether a masked forward of q tokens whose first ``prefix`` form a causal run feeds them first, as a plain
+        causal forward (``DynamicEngine.forward``; no other engine does): the cost bound prices such a first step as
+        the two forwards it ran (bench/bound.py)."""
+        return False
+
     def graph(self, fn):
         """``fn`` (tensors in, tensors out, fixed shapes) as this engine runs device-side steps: a CUDA graph recorded
         on the first call where the engine replays graphs, else ``fn`` itself."""
@@ -295,6 +301,9 @@ class DynamicEngine(Engine):
     def length(self) -> int:
         return self.cache.get_seq_length()
 
+    def splits(self, prefix: int, q: int, masked: bool) -> bool:
+        return masked and SPLIT_PREFIX <= prefix < q and self.device.type == "cpu"
+
     @torch.inference_mode()
     def forward(self, tokens, positions=None, tree: torch.Tensor | None = None,
                 last: int | None = None, prefix: int = 0) -> torch.Tensor:
@@ -312,7 +321,7 @@ class DynamicEngine(Engine):
         ids = as_ids(tokens, self.device).view(1, -1)
         P, q = self.length, ids.shape[1]
         with numerics(self.model), self.clock.timing():  # the model's attention-backend / strict-numerics policy
-            if tree is not None and SPLIT_PREFIX <= prefix < q and self.device.type == "cpu":
+            if self.splits(prefix, q, tree is not None):
                 rest = q - prefix  # the prefix's rows among the last ``last``: none, some, or all of them
                 head = prefix if last is None else min(max(last - rest, 0), prefix)
                 first = self._logits(ids[:, :prefix], P, None, None, max(head, 1))  # (HF: 0 keeps every row)
