@@ -127,7 +127,7 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None, int, int
         return max((f[0] for n in names for group in counted[n].values() for f in group[role]), default=1)
 
     # the prefills: probed from an empty cache up to the longest prompt with its proposal (a Spec-Bench RAG prompt
-    # of 1,300 tokens costs as much as ~50 one-token steps of the shipped model on the CPU)
+    # of 1,300 tokens costs as much as ~70 one-token steps of the shipped model on the CPU)
     longest = max((f[0] for groups in counted.values() for group in groups.values() for f in group[4]), default=1)
     curve = curve_of(target, widest(counted, 0), longest)
     for name, groups in counted.items():
