@@ -100,7 +100,7 @@ def test_groups_of_b_with_a_partial_last_group(models, prompt_file, tmp_path, ba
     """4 prompts at B = 3: groups [0, 1, 2] and [3]; the two-turn prompt's second turn is a batch of its own;
     AR at batch 1 (``ar_bs1``) is the reference, and every row is lossless against it."""
     results, per_prompt = run(models, prompt_file, tmp_path, "decoder=jacobi", "decoders=[pld]",
-                              "benchmark.batch_size=3")
+                              "benchmark.batch_size=3", "benchmark.group_by_length=false")
     # turn 0 of group 0 (3 rows), turn 1 of the two-turn prompt (1 row), group 1 (1 row); per batched decoder
     for name in ("ar", "jacobi", "pld"):
         assert [n for n, _ in batch_calls if n == name] == [name] * 3
@@ -154,6 +154,34 @@ def test_one_group_has_no_ci_and_says_why(models, prompt_file, tmp_path, capsys)
     assert "timed in 1 batch" in capsys.readouterr().out
 
 
+def test_groups_of_similar_length_by_default(models, prompt_file, tmp_path, batch_calls):
+    """benchmark.group_by_length (the default): the groups are the prompts sorted by length, here the two shortest
+    and the two longest, timed together; every row's tokens and forwards are those of the dataset-order job."""
+    conf, _ = configure(models, prompt_file, "decoder=pld")
+    assert conf.benchmark.group_by_length
+    setup = set_up(conf, None)
+    lengths = {s.id: len(setup.encode(s, [])) for s in setup.samples}
+    order = sorted(lengths, key=lambda i: (lengths[i], int(i)))
+    assert order != sorted(lengths, key=int)  # the data's order is not its length order: the test can tell them apart
+    expected = [set(order[:2]), set(order[2:])]
+
+    _, grouped = run(models, prompt_file, tmp_path / "grouped", "decoder=pld", "benchmark.batch_size=2")
+    # a group's rows share its time: turn 0's shared times say which prompts were decoded together
+    shared: dict[float, set[str]] = {}
+    for r in grouped:
+        if r["decoder"] == "pld" and r["turn"] == 0:
+            shared.setdefault(round(r["seconds"], 12), set()).add(r["id"])
+    assert sorted(shared.values(), key=sorted) == sorted(expected, key=sorted)
+    firsts = [rows for n, rows in batch_calls if n == "pld"]
+    assert firsts[0] == 2  # the shortest group first
+
+    _, in_order = run(models, prompt_file, tmp_path / "in-order", "decoder=pld", "benchmark.batch_size=2",
+                      "benchmark.group_by_length=false")
+    key = lambda r: (r["decoder"], r["id"], r["turn"])  # noqa: E731
+    same = {key(r): (r["tokens"], r["target_forwards"]) for r in in_order}
+    assert {key(r): (r["tokens"], r["target_forwards"]) for r in grouped} == same
+
+
 def test_batch_size_one_is_the_unbatched_job(models, prompt_file, tmp_path, batch_calls):
     """B = 1: no generate_batch, no ar_bs1 rows, the same tokens and forwards per prompt as at B = 3 (the rows of a
     batched job equal AR-alone's and each decoder's own batch-1 run), speedup_vs_bs1_ar = speedup."""
@@ -173,13 +201,20 @@ def test_batch_size_one_is_the_unbatched_job(models, prompt_file, tmp_path, batc
         assert three[(REFERENCE, r["id"], r["turn"])]["tokens"] == r["tokens"]
 
 
-def test_a_batched_run_continues_group_by_group(models, prompt_file, tmp_path):
-    """A continued batched run reads the finished groups back and measures only the rest."""
-    results, per_prompt = run(models, prompt_file, tmp_path, "decoder=ar", "benchmark.batch_size=2")
+@pytest.mark.parametrize("by_length", ["true", "false"])
+def test_a_batched_run_continues_group_by_group(models, prompt_file, tmp_path, by_length):
+    """A continued batched run reads the finished groups back and measures only the rest (the groups are the same
+    again: dataset order, or length order)."""
+    grouping = f"benchmark.group_by_length={by_length}"
+    results, per_prompt = run(models, prompt_file, tmp_path, "decoder=ar", "benchmark.batch_size=2", grouping)
     path = tmp_path / "per_prompt.jsonl"
-    kept = [r for r in per_prompt if r["id"] in ("0", "1")]  # the first group
+    # the group of prompt "0": the prompts whose batched turn 0 shares its time
+    time_of = {r["id"]: round(r["seconds"], 12) for r in per_prompt if r["decoder"] == "ar" and r["turn"] == 0}
+    group = {i for i, t in time_of.items() if t == time_of["0"]}
+    assert len(group) == 2 and (group == {"0", "1"}) == (by_length == "false")
+    kept = [r for r in per_prompt if r["id"] in group]
     path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    again, per_again = run(models, prompt_file, tmp_path, "decoder=ar", "benchmark.batch_size=2")
+    again, per_again = run(models, prompt_file, tmp_path, "decoder=ar", "benchmark.batch_size=2", grouping)
     assert again["progress"]["resumed"] == 2 and again["progress"]["prompts"] == 4
     assert sorted((r["decoder"], r["id"], r["turn"]) for r in per_again) == \
         sorted((r["decoder"], r["id"], r["turn"]) for r in per_prompt)

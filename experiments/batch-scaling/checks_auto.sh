@@ -2,6 +2,8 @@
 # The lock-step issue's speed check with decoder.auto=true (each row's proposals priced at t(B x q) / B): PLD and
 # TR-Jacobi against batched AR in the same job, at B = 4 and 16, on 16 HumanEval problems and 18 Spec-Bench
 # questions (3 per category), 64 new tokens, 3 repeats, fp32, one thread; one job at a time (they are timed).
+# Batches of similar prompt length (benchmark.group_by_length, the default since 2026-11-29; checks-auto-plan-11.md and
+# earlier ran in dataset order: EXTRA=benchmark.group_by_length=false repeats them).
 #   bash experiments/batch-scaling/checks_auto.sh [OUT_DIR] > tiny/checks-auto.md    (from the repository root)
 #   EXTRA="model.attn_implementation=sdpa_gqa" bash ...: more overrides for every job
 set -uo pipefail

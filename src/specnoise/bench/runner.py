@@ -297,8 +297,12 @@ def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) ->
         if s.id in prompt_log.finished:
             for name in names:
                 m.runs[name][s.id] = restore_turns(prompt_log.finished[s.id], name, s, setup.encode)
-    # the groups are fixed by the prompts' order, so a continued run measures a group again whole
-    groups = [setup.samples[i:i + size] for i in range(0, len(setup.samples), size)]
+    # the groups are fixed by the prompts (and benchmark.group_by_length), so a continued run measures a group again
+    # whole
+    ordered = setup.samples
+    if size > 1 and bench.group_by_length:
+        ordered = sorted(ordered, key=lambda s: len(setup.encode(s, [])))
+    groups = [ordered[i:i + size] for i in range(0, len(ordered), size)]
     m.group_of = {s.id: g for g, group in enumerate(groups) for s in group}
     todo = [(g, group) for g, group in enumerate(groups) if any(s.id not in m.runs["ar"] for s in group)]
     m.resumed = len(m.runs["ar"])
