@@ -85,9 +85,11 @@ def warm_up(decoders: dict[str, Decoder], prompts: list[list[int]], budget: int,
     """Untimed generations of the first prompt (and, per group size in ``sizes`` > 1, of a batch of the first
     prompts of that size, with the whole budget: a static engine's buckets and compiled graphs include the batch
     dimension, and a short warm-up would leave some of a decoder's block sizes to compile in the timed region), then
-    ``reset_history()`` so nothing learnt here helps the measured prompts. ``bar`` shows which decoder warms up (on a
-    fresh GPU machine the compiled engine's warm-up of 19 decoders showed 0 generations for over a minute);
-    ``stop.signal`` ends it between two decoders."""
+    ``reset_history()``: nothing the drafters keep of the text (Token Recycling's matrix, Ouroboros' pool) helps the
+    measured prompts. Calibrations stay, as documented: decoder.auto's cost curves, step times and acceptance
+    statistics, tree=auto's pick (README, "Hardware-aware tree" and "Hardware-aware drafting"). ``bar`` shows which
+    decoder warms up (on a fresh GPU machine the compiled engine's warm-up of 19 decoders showed 0 generations for
+    over a minute); ``stop.signal`` ends it between two decoders."""
     unique: dict[int, tuple[str, Decoder]] = {}
     for name, decoder in decoders.items():
         unique.setdefault(id(decoder), (name, decoder))  # REFERENCE is AR again
