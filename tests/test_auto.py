@@ -1345,6 +1345,31 @@ def test_a_batchs_rows_verify_one_size_per_step(monkeypatch):
     assert controllers[0].size("s", 12, CHAIN) == 0 == planned([gains[0], [1.0] * 13, [1.0] * 13], last=[0, 1])
 
 
+def test_a_batchs_streams_share_one_size_per_step():
+    """Every row's block is padded to the batch's largest, whichever stream its candidates came from (SAM: matched
+    chains, its fallback's trees), so the batch sizes all of a decoder's streams at once: rows on two streams verify
+    the size planned over both, as rows on one stream do. A row planned alone (as a stream with one row was) prices
+    only its own share of the padded forward and buys a larger block."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.02 * q  # noqa: E731 - split: a fixed 1.0, 0.02 per token per row
+
+    def sizes(streams, rates=(0.9, 0.3)):
+        plan, rows = Plan(), []
+        for rate, stream in zip(rates, streams):
+            row = Controller(Batched(cost, 2), backoff=False)
+            row.plan, row.room = plan, 40
+            nodes = row.streams.setdefault(stream, Nodes())
+            nodes.trials, nodes.hits = [1000.0] * 12, [1000.0 * rate] * 12
+            rows.append(row)
+        assert [row.size(s, 12, CHAIN) for row, s in zip(rows, streams)] == [0] * len(rows)  # the first step: AR
+        return [row.size(s, 12, CHAIN) for row, s in zip(rows, streams)]
+
+    one = sizes(["s", "s"])
+    assert one[0] == one[1] > 0
+    assert sizes(["sam", "token_recycling"]) == one
+    alone = sizes(["sam"], rates=(0.9,))[0]
+    assert alone > one[0], (alone, one)
+
+
 def test_a_batch_drafts_for_the_rows_it_waits_for():
     """A lock-step batch ends with its last row, and its forward costs a fixed part plus a part per live row
     (``Batched.split``): drafting pays where it speeds up the rows with the most tokens still to come, all of them.
@@ -1424,7 +1449,7 @@ def test_a_batchs_exploration_pays_when_the_batch_gains():
             plan.pick(row, "s", [1.0] * (size + 1), CHAIN, 0)  # the rows offered at the exploring step
             rows.append(row)
         paid = [(id(row), False, t, size if t else 0) for row, t in zip(rows, tokens)]
-        return plan.worth("s", paid)
+        return plan.worth(paid)
 
     # a step of 5 tokens per row costs 1 + 4 x 0.5 = 3.0 against an AR step's 1 + 4 x 0.1 = 1.4; a row's token saves
     # 0.1, and the fixed 1.0 is saved per token that every last row gained
@@ -1435,7 +1460,7 @@ def test_a_batchs_exploration_pays_when_the_batch_gains():
     assert worth([30, 30, 30, 40], [2, 2, 2, 3])  # the last row gained: 0.9 + 3.0 = 3.9 in 3.0
     assert worth([40, 40, 40, 30], [3, 3, 3, 0])  # a row ahead drafted nothing: its one token counts, 1.0 + 3.0
     plan, row = Plan(), Controller(Batched(cost, 2))  # sizes > 0, all rows alike: whether any row paid
-    assert plan.worth("s", [(id(row), True, 0.0, 0)]) and not plan.worth("s", [(id(row), False, 0.0, 0)])
+    assert plan.worth([(id(row), True, 0.0, 0)]) and not plan.worth([(id(row), False, 0.0, 0)])
 
 
 def test_auto_is_accepted_at_batch_size_above_one():

@@ -406,7 +406,7 @@ class Batched:
 
 
 class Plan:
-    """One proposal size per stream for every row of a lock-step batch, and one exploration schedule. The batch pays
+    """One proposal size for every row of a lock-step batch at each step, and one exploration schedule. The batch pays
     for its largest block (pads fill the others' blocks, and a draft model drafts as far for every row), so rows that
     size their steps alone waste it: at B = 4 on the CPU, priced by the batched forward, PLD with auto had rows
     verifying 10 drafts beside rows verifying none, whose padded blocks bought nothing; and rows exploring at steps of
@@ -417,57 +417,58 @@ class Plan:
     have ranked), and each row verifies the most of its
     candidates it may up to it. The first step of a batch, with nothing offered yet, is an AR step (``pick``). The
     batch explores at the steps its schedule says (``Backoff``, counted once per step, starting where the first row's
-    stood; what an exploration was worth to the whole batch: ``worth``)."""
+    stood; what an exploration was worth to the whole batch: ``worth``).
+
+    One size for all of a decoder's streams: a row's block is padded to the batch's largest whichever stream its
+    candidates came from. Planned per stream, SAM's fallback trees were sized by the rows in fallback alone, which
+    priced only their own share of the padded forward: at B = 4 on 18 Spec-Bench questions its fallback rows verified
+    11-18-node trees beside matched rows' 5-8-token chains in 23 of 92 drafted steps, padding the chains."""
 
     def __init__(self):
-        self.offers: dict[str, dict[int, tuple]] = {}  # stream -> row controller id -> its offer at this step
-        self.sizes: dict[str, int] = {}  # stream -> the size of this step, from the last step's offers
-        self.schedules: dict[str, Backoff] = {}  # stream -> the batch's explorations
-        self.exploring: dict[str, bool] = {}  # stream -> whether this step explores
-        self.entered: dict[str, set[int]] = {}  # stream -> the rows that started this step
-        self.paid: dict[str, list[tuple]] = {}  # stream -> what this step's explorations were worth, per row
-        self.memo: dict[str, tuple[list, int]] = {}  # stream -> the last step's offers and the size they gave
-        self.unranked: dict[str, int] = {}  # stream -> steps since its rows last ranked their candidates (``ranks``)
+        self.offers: dict[int, tuple] = {}  # row controller id -> its offer at this step
+        self.size: int | None = None  # this step's size, from the last step's offers (None: no offer yet)
+        self.schedule: Backoff | None = None  # the batch's explorations
+        self.exploring = False  # whether this step explores
+        self.entered: set[int] = set()  # the rows that started this step
+        self.paid: list[tuple] = []  # what this step's explorations were worth, per row
+        self.memo: tuple[list, int] | None = None  # the last step's offers and the size they gave
+        self.unranked = 0  # steps since the rows last ranked their candidates (``ranks``)
 
-    def enter(self, controller: Controller, stream: str, own: Backoff) -> bool:
-        """``controller``'s row starts a step on ``stream`` (its exploration schedule alone: ``own``); whether the step
-        explores. The first row to start a new step (a row that started the last one starts again) sizes it from the
-        last step's offers and counts it in the schedule."""
-        entered = self.entered.setdefault(stream, set())
-        if stream not in self.schedules:
-            self.schedules[stream] = copy.deepcopy(own)
-        elif id(controller) not in entered:
-            entered.add(id(controller))
-            return self.exploring[stream]
-        schedule = self.schedules[stream]
-        paid = self.paid.pop(stream, None)
+    def enter(self, controller: Controller, own: Backoff) -> bool:
+        """``controller``'s row starts a step (its exploration schedule alone: ``own``); whether the step explores. The
+        first row to start a new step (a row that started the last one starts again) sizes it from the last step's
+        offers and counts it in the schedule."""
+        if self.schedule is None:
+            self.schedule = copy.deepcopy(own)
+        elif id(controller) not in self.entered:
+            self.entered.add(id(controller))
+            return self.exploring
+        paid, self.paid = self.paid, []
         if paid:
-            schedule.result(self.worth(stream, paid))
-        self.exploring[stream] = schedule.due()
-        count = self.unranked.get(stream, 0) + 1
-        self.unranked[stream] = 0 if self.exploring[stream] or count >= RERANK else count
-        offers = self.offers.get(stream)
-        if offers:
-            self.sizes[stream] = self.best(offers.values())
-            offers.clear()
-        entered.clear()
-        entered.add(id(controller))
-        return self.exploring[stream]
+            self.schedule.result(self.worth(paid))
+        self.exploring = self.schedule.due()
+        count = self.unranked + 1
+        self.unranked = 0 if self.exploring or count >= RERANK else count
+        if self.offers:
+            self.size = self.best(self.offers.values())
+            self.offers = {}
+        self.entered = {id(controller)}
+        return self.exploring
 
-    def ranks(self, stream: str) -> bool:
+    def ranks(self) -> bool:
         """Whether this step's rows rank their candidates anew (every ``RERANK``-th step of the batch, and its
         explorations), or offer their last rankings again where their candidates' tree is the same (``Controller
         .choose``). Ranked at every step where the rows draft, a 68-node template cost 16 rows ~0.3 ms of Python per
         batched step on an H100 (h100/checks4: TR-Jacobi with auto at 1.30x faithful's time at B = 16); offered again,
         the rows' lists are the same objects and the plan's size is not priced anew either (``best``)."""
-        return self.unranked.get(stream, 0) == 0
+        return self.unranked == 0
 
-    def result(self, stream: str, controller: Controller, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
+    def result(self, controller: Controller, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
         """What a row's exploration was worth (applied once, at the next step): ``paid`` by the row's own pricing, and
         for an AR step turned into a draft the tokens it emitted and the candidates it verified."""
-        self.paid.setdefault(stream, []).append((id(controller), paid, tokens, size))
+        self.paid.append((id(controller), paid, tokens, size))
 
-    def worth(self, stream: str, paid: list[tuple]) -> bool:
+    def worth(self, paid: list[tuple]) -> bool:
         """Whether the batch's last step, an exploration, paid. Where rows turned an AR step into a draft: whether the
         batch saved more time than the step cost, priced as ``best`` prices a size (the rows that offered at the step,
         the tokens each emitted; a row that reported none emitted one). Judged by the rows' shares of the padded
@@ -475,7 +476,7 @@ class Plan:
         ahead gained tokens) while ``best`` never bought that size, each costing 1.5 AR steps. Else (a non-empty
         size, all rows alike) whether it paid for any row."""
         drafts = {row: (tokens, size) for row, _, tokens, size in paid if size}
-        offers = self.offers.get(stream)
+        offers = self.offers
         if not drafts or not offers:
             return any(p for _, p, *_ in paid)
         largest = max(size for _, size in drafts.values())
@@ -484,12 +485,12 @@ class Plan:
         return self.rates(offers, tokens, largest, *self.terms(offers, largest))[largest] > 1.0
 
     def pick(self, controller: Controller, stream: str, gains: list[float], kind: str, extra: int) -> int:
-        """Record ``controller``'s offer (``gains[k]``: expected tokens verifying its first k candidates, priced by its
-        own ``spend``) and return this step's size for ``stream``: 0 (an AR step) on the batch's first step, before
+        """Record ``controller``'s offer (``gains[k]``: expected tokens verifying its first k candidates of ``stream``,
+        priced by its own ``spend``) and return this step's size: 0 (an AR step) on the batch's first step, before
         any row offered. Each row's own pick there, priced by its share of the padded forward, made PLD's rows at
         B = 16 verify 7-token blocks at the first step, 2.9x an AR step."""
-        self.offers.setdefault(stream, {})[id(controller)] = (controller, stream, gains, kind, extra)
-        return self.sizes.get(stream, 0)
+        self.offers[id(controller)] = (controller, stream, gains, kind, extra)
+        return self.size or 0
 
     def best(self, offers) -> int:
         """The size that saves the batch the most time per second it costs (ties: the smaller), of sizes 0 up to the
@@ -502,15 +503,14 @@ class Plan:
         # 68-node template the pricing cost 0.32 ms of Python per step, at steps that were nearly all AR steps
         splits, lasts = self.terms(offers, largest)
         signature = list(zip((gains for _, _, gains, _, _ in offers), splits, lasts))
-        stream = offers[0][1]
-        last = self.memo.get(stream)
+        last = self.memo
         if (last is not None and len(last[0]) == len(signature) and not any(c.draft_cost for c, *_ in offers)
                 and all(a is x and b is y and c == z for (a, b, c), (x, y, z) in zip(last[0], signature))):
             return last[1]
         tokens = [gains + [gains[-1]] * (largest + 1 - len(gains)) for _, _, gains, _, _ in offers]
         rates = self.rates(offers, tokens, largest, splits, lasts)
         size = rates.index(max(rates))  # the first of the highest: ties to the smaller size
-        self.memo[stream] = (signature, size)
+        self.memo = (signature, size)
         return size
 
     @staticmethod
@@ -779,7 +779,7 @@ class Controller:
         if self.entered is not None and self.entered[0] == stream:
             explore, self.entered = self.entered[1], None
             return explore
-        return self.plan.enter(self, stream, nodes.explore)
+        return self.plan.enter(self, nodes.explore)
 
     def begin(self) -> None:
         """A generation starts: a new text, where drafting may pay as it did not in the last one, so every stream
@@ -852,8 +852,8 @@ class Controller:
             self.probe = None
             return self.picked(nodes, parents, [], stream)
         if (self.plan is not None and not explore and allow is None and nodes.ranked is not None
-                and stream in self.plan.sizes and (nodes.ranked[0] == still or (
-                    nodes.ranked[0][1:] == still[1:] and not self.plan.ranks(stream)))):
+                and self.plan.size is not None and (nodes.ranked[0] == still or (
+                    nodes.ranked[0][1:] == still[1:] and not self.plan.ranks()))):
             # in a batch, nothing the last ranking rested on has moved (its rows' AR steps propose nothing, so the
             # statistics stay), or only the statistics did and the batch does not rank at this step (``Plan.ranks``):
             # its order and gains are offered again, the batch's size taken from them (at B = 16 on the CPU the rows
@@ -1022,8 +1022,8 @@ class Controller:
         self.entered = None
         if nodes is None or not parents or nodes.idled >= IDLE_RUN:
             return False
-        explore = self.plan.enter(self, stream, nodes.explore)
-        if explore or self.plan.sizes.get(stream) != 0:
+        explore = self.plan.enter(self, nodes.explore)
+        if explore or self.plan.size != 0:
             self.entered = (stream, explore)
             return False
         order = list(range(len(parents)))
@@ -1041,7 +1041,7 @@ class Controller:
         if self.plan is None:
             nodes.explore.result(paid, lost)
         else:
-            self.plan.result(stream, self, paid, tokens, size)
+            self.plan.result(self, paid, tokens, size)
 
     def picked(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
         """Record this step's pick (for ``observe`` and ``describe``) and return it."""
