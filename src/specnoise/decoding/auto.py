@@ -61,10 +61,10 @@ stand-in for it: on the 2-core CPU a batch of 4 rows of 8 tokens costs 1.6x a 32
 64-token one), and priced that way PLD with auto at B = 4 verified 9-10 drafts per row, as many as its faithful
 setting. An AR step is cheaper per
 row in a batch (t_B(1) / B), so drafting must beat batched AR, not AR at batch 1. The batch pays for its largest
-block, so its rows verify one size per step and explore at the same steps (``Plan``): the size that saves the batch
-the most time per second it costs, where a step costs a fixed part and a part per live row (``Batched.split``) and the
-batch runs until its last rows are done. Every row's attention spans the batch's longest row (one rectangular cache),
-so a row prices its step at that context (``Engine.attended``).
+block, so its rows verify one size per step, whatever stream their candidates come from, and explore at the same
+steps (``Plan``): the size that saves the batch the most time per second it costs, where a step costs a fixed part and
+a part per live row (``Batched.split``) and the batch runs until its last rows are done. Every row's attention spans
+the batch's longest row (one rectangular cache), so a row prices its step at that context (``Engine.attended``).
 
 On an engine that replays CUDA graphs (the compiled static engine) a step is short (0.66 ms for the shipped model on
 an H100) and every new step shape is a recording, so there the controller keeps a template's pick unless a new one
