@@ -174,6 +174,10 @@ def test_groups_of_similar_length_by_default(models, prompt_file, tmp_path, batc
     assert sorted(shared.values(), key=sorted) == sorted(expected, key=sorted)
     firsts = [rows for n, rows in batch_calls if n == "pld"]
     assert firsts[0] == 2  # the shortest group first
+    # each batched row names its group, the shortest first; AR at batch 1 none
+    groups = {r["id"]: r["group"] for r in grouped if r["decoder"] == "pld"}
+    assert {i: groups[i] for i in order} == {i: (0 if i in expected[0] else 1) for i in order}
+    assert all(r["group"] is None for r in grouped if r["decoder"] == REFERENCE)
 
     _, in_order = run(models, prompt_file, tmp_path / "in-order", "decoder=pld", "benchmark.batch_size=2",
                       "benchmark.group_by_length=false")

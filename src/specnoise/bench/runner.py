@@ -501,9 +501,11 @@ def sample_rows(m: Measured, s: Sample) -> list[dict]:
                 "score_detail": {key: v for key, v in score.items() if key != "score"} if score else None,
                 "ref_nll": m.refs[s.id].mean if s.id in m.refs else None,
                 "tokens": t.out.tokens, "sample_turns": len(turns),  # a continued run knows the sample is whole
-                # the job's batch size, and the rows this turn was decoded with (fewer in a last partial group, or
-                # in a later turn that only some of the group's samples have)
-                "batch_size": m.batch_of(name), "group_rows": t.out.batch_size,
+                # the job's batch size, the group this sample was decoded in (benchmark.group_by_length decides which
+                # prompts share one) and the rows this turn was decoded with (fewer in a last partial group, or in a
+                # later turn that only some of the group's samples have)
+                "batch_size": m.batch_of(name), "group": m.group_of.get(s.id) if m.batch_of(name) > 1 else None,
+                "group_rows": t.out.batch_size,
             })
     return rows
 
