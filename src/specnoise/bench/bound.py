@@ -38,11 +38,24 @@ batched row's step is a share of a forward of B x q tokens, which the batch-1 cu
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from specnoise.decoding.auto import Curve, context, price
 
 # (tokens the model was fed, with a mask, tokens cached before it) per forward: ``Engine.forward_log`` (a log kept
 # before the context was logged has pairs: priced at the curve's own context; auto.py ``price``)
 Fed = list[tuple]
+
+
+class Counted(NamedTuple):
+    """A decoder's group of generations, as the bound prices them."""
+
+    fed: Fed  # its target forwards, a prefill as AR's first step (``steps``): the verify block and the mean step
+    drafted: Fed  # its draft-model forwards
+    ar: Fed  # AR's one-token steps for the same new tokens (``ar_steps``)
+    whole_ar: Fed  # AR's generations whole: each prompt's prefill alone, then its steps
+    whole: Fed  # the decoder's generations whole: each first forward as it ran (``prefill``), then the others
+    prefills: Fed  # AR's prefills
 
 
 def steps(fed: Fed) -> Fed:
@@ -89,8 +102,7 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None, int, int
     unlogged generation gets none. ``target``: AR's engine, whose curve prices every target forward;
     ``drafts[decoder]``: the decoder's draft engine (None: none). ``timed=False``: the blocks only, no curve probed (a
     batched job)."""
-    # decoder -> group -> (target steps, draft, AR's steps, AR's generations, the decoder's, AR's prefills)
-    counted: dict[str, dict[str, tuple[Fed, ...]]] = {}
+    counted: dict[str, dict[str, Counted]] = {}  # decoder -> group -> its forwards
     for name, groups in logs.items():
         for group, generations in groups.items():
             if not generations or any(fed is None for fed, *_ in generations):
@@ -106,7 +118,7 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None, int, int
                     whole += prefill(gen, p, target) + list(gen[1:])
             if fed:
                 drafted = [f for _, gen, *_ in generations for f in gen or []]
-                counted.setdefault(name, {})[group] = fed, drafted, ar, whole_ar, whole, prefills
+                counted.setdefault(name, {})[group] = Counted(fed, drafted, ar, whole_ar, whole, prefills)
     out = {name: {group: {"verify_block": sum(f[0] for f in fed) / len(fed),
                           "tree_share": sum(f[1] for f in fed) / len(fed), "t1_seconds": None, "tq_seconds": None}
                   for group, (fed, *_) in groups.items()} for name, groups in counted.items()}
@@ -123,16 +135,15 @@ def bounds(logs: dict[str, dict[str, list[tuple[Fed | None, Fed | None, int, int
         curve.ensure(engine, largest, reach)
         return curve
 
-    def widest(names, role: int) -> int:  # the largest forward logged (role 0: target steps, 1: draft forwards)
-        return max((f[0] for n in names for group in counted[n].values() for f in group[role]), default=1)
+    def widest(names, role: str) -> int:  # the largest forward of ``role`` (a ``Counted`` field) logged
+        return max((f[0] for n in names for group in counted[n].values() for f in getattr(group, role)), default=1)
 
     # the prefills: probed from an empty cache up to the longest prompt with its proposal (a Spec-Bench RAG prompt
     # of 1,300 tokens costs as much as ~70 one-token steps of the shipped model on the CPU)
-    longest = max((f[0] for groups in counted.values() for group in groups.values() for f in group[4]), default=1)
-    curve = curve_of(target, widest(counted, 0), longest)
+    curve = curve_of(target, widest(counted, "fed"), widest(counted, "whole"))
     for name, groups in counted.items():
         draft = drafts.get(name)
-        draft_curve = curve_of(draft, widest([name], 1)) if draft is not None else None
+        draft_curve = curve_of(draft, widest([name], "drafted")) if draft is not None else None
         for group, (fed, drafted, ar, whole_ar, whole, prefills) in groups.items():
             drafting = price(drafted, draft_curve) if drafted else 0.0
             ar_step = price(ar, curve) / max(len(ar), 1)  # AR's own steps for the same tokens
