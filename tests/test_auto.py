@@ -717,6 +717,32 @@ def test_the_curve_is_measured_once_then_read_from_its_cache(target, tmp_path, m
     assert not other.exists()
 
 
+def test_a_one_token_forward_probed_dearer_than_two_tokens_is_timed_again(target, monkeypatch):
+    """The probe's noise: t(1) timed above t(2) is timed again (the cheaper kept), up to RETIME times; a plausible
+    t(1) is not timed again."""
+    calls, noisy = [], [0]  # the chain's one-token probes still to come out noisy
+
+    def probe(engine, qs, causal=False, **kwargs):  # t(q) = 1 + 0.1 q, but a noisy t(1) of the chain is 5
+        calls.append((tuple(qs), causal))
+        noise = causal and 1 in qs and noisy[0] > 0
+        noisy[0] -= noise
+        return {q: 5.0 if q == 1 and noise else 1.0 + 0.1 * q for q in qs}
+
+    monkeypatch.setattr(auto, "measure_forward_costs", probe)
+    kv = DynamicEngine(target.model)
+    # (the grid's probe noisy, then n of the one-token probes again): timed again until plausible, RETIME at most
+    for n, retimed, t1 in ((0, 1, 1.1), (1, 2, 1.1), (9, auto.RETIME, 5.0)):
+        calls.clear()
+        noisy[0] = 1 + n
+        curve = Curve(kv, context=20, largest=4, cache_dir=None)
+        assert calls.count(((1,), True)) == retimed and curve.times[CHAIN][1] == t1
+    calls.clear()
+    monkeypatch.setattr(auto, "measure_forward_costs", lambda engine, qs, **kw: calls.append(qs) or {
+        q: 1.0 + 0.1 * q for q in qs})
+    Curve(kv, context=20, largest=4, cache_dir=None)
+    assert [1] not in calls  # (probed with the grid only)
+
+
 def test_a_curve_prices_a_forward_at_its_context(target, tmp_path, monkeypatch):
     """From an empty cache a curve probes a sparser grid over a short context too (NEAR_FLOOR tokens: over an empty
     cache a block takes a maskless path no later forward takes), and prices a forward linearly in its context from the
