@@ -134,6 +134,9 @@ def test_groups_of_b_with_a_partial_last_group(models, prompt_file, tmp_path, ba
                 for first in (True, False)]
     ci = timing.speedup_ci(group_seconds("ar"), group_seconds("jacobi"), 2000, 0)
     assert (jacobi["speedup_ci_low"], jacobi["speedup_ci_high"]) == pytest.approx(ci)
+    # ... and names the slowest of them as a group
+    slowest = min((0, 1), key=lambda g: group_seconds("ar")[g] / group_seconds("jacobi")[g])
+    assert jacobi["units"] == 2 and jacobi["worst_unit"] == f"group {slowest}"
     assert jacobi["timing_note"] is None and bs1["timing_note"] is None
     prose = rows[("jacobi", "prose")]  # both prose prompts sit in group 0, with a code prompt
     assert prose["speedup_ci_low"] is None and prose["timing_noisy"] is None

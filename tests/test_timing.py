@@ -125,6 +125,22 @@ def test_the_why_line_says_what_a_step_costs_and_how_much_of_it_is_drafting():
                                  if r["decoder"] == "ar" and r["category"] == "all")["why"]
 
 
+def test_a_row_names_the_prompts_it_lost_time_on_and_the_slowest():
+    """A decoder 2x faster on three prompts and slower on two: the row counts the two, names the slower of them with
+    its speedup, and the why line says so; AR's row names none, and a decoder faster everywhere none either."""
+    ar = [[1.0], [1.0], [1.0], [1.0], [1.0]]
+    rows = {(r["decoder"], r["category"]): r
+            for r in summary_rows(measured(ar, [[0.5], [1.25], [0.5], [1.1], [0.5]]))}
+    pld, base = rows["pld", "all"], rows["ar", "all"]
+    assert pld["units"] == 5 and pld["slower_units"] == 2
+    assert pld["worst_unit"] == "1" and pld["worst_unit_speedup"] == pytest.approx(0.8)
+    assert pld["why"].endswith("; slower than AR on 2 of 5 prompts (the slowest: 1, 0.80x)")
+    assert base["worst_unit"] is None and base["slower_units"] is None and "slower" not in base["why"]
+    faster = next(r for r in summary_rows(measured(ar, [[0.5]] * 5)) if (r["decoder"], r["category"]) == ("pld", "all"))
+    assert faster["slower_units"] == 0 and faster["worst_unit_speedup"] == pytest.approx(2.0)
+    assert "slower" not in faster["why"]
+
+
 def test_a_row_faster_than_its_mat_or_with_shaky_ar_is_flagged():
     fast = measured([[1.0, 1.0], [1.0, 1.0]], [[0.3, 0.3], [0.3, 0.3]])  # 3.3x with 2 tokens per forward
     pld = next(r for r in summary_rows(fast) if r["decoder"] == "pld" and r["category"] == "all")

@@ -40,7 +40,7 @@ METRICS = ("prompts", "new_tokens", "target_forwards", "draft_forwards", "mean_a
            "repeats", "lossless_fraction", "mismatch_fraction", "task_score", "score_metric", "ref_nll",
            "target_seconds", "draft_seconds", "other_seconds", "priced_seconds", "verify_block", "cost_ratio",
            "cost_bound", "speedup_exceeds_mat", "batch_size", "speedup_vs_bs1_ar", "identical_to_ar_fraction",
-           "sampling_check", "timing_note")
+           "sampling_check", "timing_note", "units", "slower_units", "worst_unit", "worst_unit_speedup")
 # benchmark.batch_size > 1 somewhere in the report: rows decoded together, and the speedup against AR at batch 1
 BATCH_METRICS = ("batch_size", "speedup_vs_bs1_ar")
 TABLE_METRICS = ("prompts", "new_tokens", "mean_accepted_tokens", "tokens_per_second", "speedup", "speedup_ci",
