@@ -61,3 +61,34 @@ def test_attention_option_is_checked():
     assert ModelConfig(name="m", path="p", attn_implementation="sdpa_gqa").attn_implementation == "sdpa_gqa"
     with pytest.raises(ConfigError, match="attn_implementation"):
         ModelConfig(name="m", path="p", attn_implementation="flash")
+
+
+@pytest.mark.parametrize("attention", ["default", "sdpa"])
+def test_a_model_loaded_by_default_never_copies_its_cache_per_query_head(attention, tmp_path, monkeypatch):
+    """``load_model`` with the default attention gives a grouped-query model ``sdpa_gqa``: a batch's drafted forward
+    (two tokens per row under a 4D mask) makes no ``repeat_kv`` copy; ``sdpa`` asked for makes one per layer for K and
+    V, and the two give the same logits."""
+    import transformers.integrations.sdpa_attention as sdpa
+
+    from helpers_models import save_tiny_model
+    from specnoise.decoding.batch import BatchKV
+    from specnoise.models import load_model
+
+    path = save_tiny_model(tmp_path / "m", layers=2)
+    options = {} if attention == "default" else {"attn_implementation": attention}
+    loaded = load_model(ModelConfig(name="m", path=str(path), **options))
+    assert loaded.model.config._attn_implementation == ("sdpa_gqa" if attention == "default" else "sdpa")
+    copies, repeat = [], sdpa.repeat_kv
+    monkeypatch.setattr(sdpa, "repeat_kv", lambda *a: copies.append(1) or repeat(*a))
+
+    def drafted_forward(model) -> torch.Tensor:
+        batch = BatchKV(DynamicEngine(model), 2, need=32)
+        batch.forward({r: (list(range(3 + r, 20)), None, None, 1) for r in range(2)})  # (a prefill: a q-row block)
+        copies.clear()
+        out = batch.forward({r: ([5, 6], None, causal_block(2), None) for r in range(2)})
+        return torch.stack([out[r] for r in range(2)])
+
+    logits = drafted_forward(loaded.model)
+    assert len(copies) == (0 if attention == "default" else 2 * 2)  # K and V, in each of the 2 layers
+    other = load_model(ModelConfig(name="m", path=str(path), attn_implementation="sdpa"))
+    assert torch.allclose(logits, drafted_forward(other.model), atol=1e-5)

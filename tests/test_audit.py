@@ -115,7 +115,7 @@ def test_lossless_run_has_no_mismatch_and_records_its_numerics(saved, tmp_path, 
         assert row["lossless_fraction"] == 1.0 and row["mismatch_fraction"] == 0.0, row["decoder"]
     assert all(r["verdict"] is None and r["divergence_margin"] is None for r in per_prompt)
     meta = results["meta"]
-    assert meta["strict_numerics"] is strict and meta["attn_implementation"] == "sdpa"
+    assert meta["strict_numerics"] is strict and meta["attn_implementation"] == "sdpa_gqa"
     assert meta["sdpa_backends"] == (["math"] if strict else ["flash", "efficient", "math"])
     assert meta["transformers"] and meta["device_name"] and meta["torch"] == torch.__version__
 

@@ -73,7 +73,7 @@ class ModelConfig:
     path: str | None = MISSING  # hub id or local folder; None only for draft=none
     dtype: str = "float32"
     device: str = "auto"
-    attn_implementation: str = "sdpa"
+    attn_implementation: str = "sdpa_gqa"  # transformers' sdpa without its per-head copy of the KV cache (attention.py)
     template: str = "raw"  # prompt template (data/templates.py); "chat" = tokenizer.apply_chat_template
     revision: str | None = None
     trust_remote_code: bool = False
