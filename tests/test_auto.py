@@ -724,9 +724,11 @@ def test_a_one_token_forward_probed_dearer_than_two_tokens_is_timed_again(target
 
     def probe(engine, qs, causal=False, **kwargs):  # t(q) = 1 + 0.1 q, but a noisy t(1) of the chain is 5
         calls.append((tuple(qs), causal))
-        noise = causal and 1 in qs and noisy[0] > 0
+        kinds = causal if isinstance(causal, tuple) else (causal,)
+        noise = True in kinds and 1 in qs and noisy[0] > 0
         noisy[0] -= noise
-        return {q: 5.0 if q == 1 and noise else 1.0 + 0.1 * q for q in qs}
+        got = {(q, c): 5.0 if q == 1 and c and noise else 1.0 + 0.1 * q for q in qs for c in kinds}
+        return got if isinstance(causal, tuple) else {q: t for (q, _), t in got.items()}
 
     monkeypatch.setattr(auto, "measure_forward_costs", probe)
     kv = DynamicEngine(target.model)
@@ -737,8 +739,8 @@ def test_a_one_token_forward_probed_dearer_than_two_tokens_is_timed_again(target
         curve = Curve(kv, context=20, largest=4, cache_dir=None)
         assert calls.count(((1,), True)) == retimed and curve.times[CHAIN][1] == t1
     calls.clear()
-    monkeypatch.setattr(auto, "measure_forward_costs", lambda engine, qs, **kw: calls.append(qs) or {
-        q: 1.0 + 0.1 * q for q in qs})
+    monkeypatch.setattr(auto, "measure_forward_costs", lambda engine, qs, causal=False, **kw: calls.append(qs) or {
+        (q, c): 1.0 + 0.1 * q for q in qs for c in causal})
     Curve(kv, context=20, largest=4, cache_dir=None)
     assert [1] not in calls  # (probed with the grid only)
 

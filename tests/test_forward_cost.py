@@ -44,6 +44,20 @@ def test_probe_leaves_the_engine_as_found(target):
     assert torch.allclose(kv.forward(prefix[-1:])[0], before[-1], atol=1e-5)  # the cached prefix is intact
 
 
+def test_both_kinds_are_probed_in_turn_at_every_size(target, monkeypatch):
+    """``causal=(True, False)``: a chain (no mask) and a tree (a mask) of every size, one after the other within each
+    round (their order reversed in the next, as the sizes' is), so a drift of the machine reaches both kinds alike;
+    keyed (q, causal)."""
+    kv = DynamicEngine(target.model)
+    fed, forward = [], kv.forward
+    monkeypatch.setattr(kv, "forward", lambda tokens, tree=None, **kw: fed.append((len(tokens), tree is None))
+                        or forward(tokens, tree=tree, **kw))
+    costs = measure_forward_costs(kv, [1, 4], cache_len=20, repeats=2, warmup=0, causal=(True, False))
+    assert sorted(costs) == [(1, False), (1, True), (4, False), (4, True)]
+    probes = [f for f in fed if f[0] in (1, 4)]
+    assert probes == [(1, True), (1, False), (4, True), (4, False), (4, False), (4, True), (1, False), (1, True)]
+
+
 def test_probe_refuses_sizes_beyond_the_context(target):
     kv = DynamicEngine(target.model)  # context 512
     with pytest.raises(UserError, match="forward_cost.cache_len"):

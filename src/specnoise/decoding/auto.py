@@ -263,13 +263,18 @@ class Curve:
         # (they do inflate wall time, the more the longer the forward); on a GPU wall time, synchronised
         clock = time.process_time if engine.device.type == "cpu" else time.perf_counter
         saved = list(engine.clock.host), list(engine.clock.events)  # the probe leaves the engine as found
-        # a batch's forward always has the 4D mask: there a chain costs what a tree does, probed once
-        for kind in (CHAIN, TREE) if self.rows == 1 else (TREE,):
-            for times, sizes, cache_len in ((self.times, todo, context), (self.near, near_todo, near)):
-                if sizes:
-                    times[kind].update(measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS,
-                                                             warmup=WARMUP, reduce=min, causal=kind == CHAIN,
-                                                             clock=clock, rows=self.rows))
+        for times, sizes, cache_len in ((self.times, todo, context), (self.near, near_todo, near)):
+            if not sizes:
+                continue
+            if self.rows > 1:  # a batch's forward always has the 4D mask: there a chain costs what a tree does
+                times[TREE].update(measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS,
+                                                         warmup=WARMUP, reduce=min, clock=clock, rows=self.rows))
+                continue
+            # both kinds in turn at every size of every round (``measure_forward_times``)
+            got = measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS, warmup=WARMUP,
+                                        reduce=min, causal=(True, False), clock=clock)
+            for (q, causal), t in got.items():
+                times[CHAIN if causal else TREE][q] = t
         for times, sizes, cache_len in ((self.times, todo, context), (self.near, near_todo, near)):
             if sizes:  # (probed over this context just now: the engine's cache is still short enough for it)
                 self.retime_one(engine, times, cache_len, clock)

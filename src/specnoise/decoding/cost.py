@@ -15,7 +15,7 @@ from specnoise.errors import UserError
 
 def measure_forward_costs(kv: Engine, qs: list[int], cache_len: int | None = None, repeats: int = 5,
                           warmup: int = 2, seed: int = 0, reduce=median, rows: int = 1,
-                          causal: bool = False, clock=time.perf_counter) -> dict[int, float]:
+                          causal: bool | tuple[bool, ...] = False, clock=time.perf_counter) -> dict:
     """Seconds of one ``kv.forward`` of q new tokens for each q: the median over ``repeats`` (``reduce=min``: the
     uncontended cost, steadier on a machine shared with other jobs). See :func:`measure_forward_times`."""
     times = measure_forward_times(kv, qs, cache_len, repeats, warmup, seed, rows, causal, clock)
@@ -24,11 +24,15 @@ def measure_forward_costs(kv: Engine, qs: list[int], cache_len: int | None = Non
 
 def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = None, repeats: int = 5,
                           warmup: int = 2, seed: int = 0, rows: int = 1,
-                          causal: bool = False, clock=time.perf_counter) -> dict[int, list[float]]:
+                          causal: bool | tuple[bool, ...] = False, clock=time.perf_counter) -> dict:
     """``repeats`` timings (seconds) of one ``kv.forward`` of q new tokens for each q, every logit row: by default a
     causal block passed as a 4D mask, as a tree verify feeds it; ``causal``: without a mask, as a chain verify feeds
-    it (SDPA's causal path, which on a CPU costs less). ``clock``: wall time by default; ``time.process_time`` times
-    the CPU work alone, which a machine shared with other jobs does not inflate (on the CPU only).
+    it (SDPA's causal path, which on a CPU costs less). A tuple of both, ``(True, False)``: both kinds, in turn at
+    every size of every round, keyed ``(q, causal)``: probed one kind after the other, a drift of the machine between
+    the two phases moved one kind's prices against the other's (a Spec-Bench-10 job's curve priced a masked one-token
+    forward at 1.33x an unmasked one, its trees ~30% dear, where other probes of the same key gave 0.98-1.04x).
+    ``clock``: wall time by default; ``time.process_time`` times the CPU work alone, which a machine shared with other
+    jobs does not inflate (on the CPU only).
 
     The block goes after the current cache, topped up with random tokens to ``cache_len`` first when given; the
     sizes take turns within each round so a machine's drift spreads over all of them, ascending in one round and
@@ -56,7 +60,7 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
             kv.forward(prefix, last=1)
         base = kv.length
 
-        def forward(block, mask):
+        def forward(block, mask, causal):
             kv.forward(block, tree=None if causal else mask)
 
         def back():
@@ -66,7 +70,7 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
         if prefix:
             batch.forward({r: (prefix, None, None, 1) for r in range(rows)})
 
-        def forward(block, mask):
+        def forward(block, mask, causal):  # (a batch's forward always carries its mask)
             batch.forward({r: (block, None, mask, None) for r in range(rows)})
 
         def back():
@@ -74,19 +78,21 @@ def measure_forward_times(kv: Engine, qs: list[int], cache_len: int | None = Non
                 batch.remap(r, fill, [])
     tokens = torch.randint(0, vocab, (qs[-1],), generator=gen).tolist()
     masks = {q: causal_block(q, kv.device) for q in qs}
-    times: dict[int, list[float]] = {q: [] for q in qs}
+    kinds = causal if isinstance(causal, tuple) else (causal,)
+    times: dict[tuple[int, bool], list[float]] = {(q, c): [] for q in qs for c in kinds}
     for r in range(warmup + repeats):
         for q in (qs if r % 2 == 0 else qs[::-1]):
-            sync(kv.device)
-            t0 = clock()
-            forward(tokens[:q], masks[q])
-            sync(kv.device)
-            if r >= warmup:
-                times[q].append(clock() - t0)
-            back()
+            for c in (kinds if r % 2 == 0 else kinds[::-1]):
+                sync(kv.device)
+                t0 = clock()
+                forward(tokens[:q], masks[q], c)
+                sync(kv.device)
+                if r >= warmup:
+                    times[q, c].append(clock() - t0)
+                back()
     kv.crop(start)
     kv.forwards = forwards
-    return times
+    return times if isinstance(causal, tuple) else {q: t for (q, _), t in times.items()}
 
 
 def interpolate(costs: dict[int, float]):
