@@ -563,6 +563,7 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     # decoder at 1.02x) comes from a few prompts the decoder loses on beside others it wins, not from a uniform spread
     ratios = {unit if isinstance(unit, str) else f"group {unit}": a / max(b, 1e-9) for unit, (a, b) in units.items()}
     worst = min(ratios, key=ratios.get) if ratios and name != base else None
+    slower = None if worst is None else sum(r < 1.0 for r in ratios.values())
     notes = []
     if low is None and name != base:
         noun = ("batch", "batches") if m.batch_of(name) > 1 else ("prompt", "prompts")
@@ -601,8 +602,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "speedup": speedup, "speedup_ci_low": low, "speedup_ci_high": high, "repeats": conf.benchmark.repeats,
         "ar_time_cv": ar_cv, "timing_noisy": timing.timing_noisy(speedup, low, high, ar_cv),
         "timing_note": "; ".join(notes) or None,  # why a CI is missing, or a category's timing is not its own
-        "units": len(units), "slower_units": None if worst is None else sum(r < 1.0 for r in ratios.values()),
-        "worst_unit": worst, "worst_unit_speedup": None if worst is None else ratios[worst],
+        "units": len(units), "slower_units": slower, "worst_unit": worst,
+        "worst_unit_speedup": None if worst is None else ratios[worst],
         "lossless_fraction": sum(same) / len(same) if m.lossless else None,
         # under sampling: the share of prompts with AR's very tokens (same seed), for decoders whose drafts are guesses;
         # a sampled draft keeps AR's distribution, not its tokens: `sampling_check` says which check a row answers to
@@ -624,7 +625,8 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
         "why": timing.explain(name, mat, bound.get("verify_block"), ratio, cost_bound, speedup,
                               (bound.get("draft_seconds") or 0.0) / t1 if ratio else 0.0,
                               bound.get("prefill_share") or 0.0)
-               + timing.losses(ratios, worst, "groups" if m.batch_of(name) > 1 else "prompts"),
+               + timing.losses(slower, len(units), worst, ratios.get(worst),
+                               "groups" if m.batch_of(name) > 1 else "prompts"),
         "speedup_exceeds_mat": speedup > mat * 1.0001 if name != base else False,  # impossible for a real timing
         # batching: rows decoded together, and the speedup against AR at batch 1 (the group's tokens per second
         # against AR's one prompt at a time; equal to `speedup` at batch size 1)

@@ -107,13 +107,12 @@ def explain(name: str, mat: float, block: float | None, ratio: float | None, bou
     return f"{head}: at best {bound:.2f}x AR, measured {speedup:.2f}x ({share:.0%} of it){tail}"
 
 
-def losses(ratios: dict[str, float], worst: str | None, noun: str) -> str:
-    """The ``explain`` line's tail: on how many of the timed prompts (or groups: ``noun``) the decoder was slower than
-    AR, and the slowest (``ratios``: AR's seconds over the decoder's per prompt or group; ``worst``: None for AR)."""
-    slower = sum(r < 1.0 for r in ratios.values())
-    if worst is None or not slower or len(ratios) < 2:
+def losses(slower: int | None, units: int, worst: str | None, speedup: float | None, noun: str) -> str:
+    """The ``explain`` line's tail: on how many of the ``units`` timed prompts (or groups: ``noun``) the decoder was
+    slower than AR, and the slowest, ``worst``, at ``speedup`` (None for AR's own row)."""
+    if not slower or units < 2:
         return ""
-    return f"; slower than AR on {slower} of {len(ratios)} {noun} (the slowest: {worst}, {ratios[worst]:.2f}x)"
+    return f"; slower than AR on {slower} of {units} {noun} (the slowest: {worst}, {speedup:.2f}x)"
 
 
 def cost_bound(ar_seconds: float | None, seconds: float | None) -> float | None:

@@ -269,15 +269,12 @@ class Curve:
             if self.rows > 1:  # a batch's forward always has the 4D mask: there a chain costs what a tree does
                 times[TREE].update(measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS,
                                                          warmup=WARMUP, reduce=min, clock=clock, rows=self.rows))
-                continue
-            # both kinds in turn at every size of every round (``measure_forward_times``)
-            got = measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS, warmup=WARMUP,
-                                        reduce=min, causal=(True, False), clock=clock)
-            for (q, causal), t in got.items():
-                times[CHAIN if causal else TREE][q] = t
-        for times, sizes, cache_len in ((self.times, todo, context), (self.near, near_todo, near)):
-            if sizes:  # (probed over this context just now: the engine's cache is still short enough for it)
-                self.retime_one(engine, times, cache_len, clock)
+            else:  # both kinds in turn at every size of every round (``measure_forward_times``)
+                got = measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS, warmup=WARMUP,
+                                            reduce=min, causal=(True, False), clock=clock)
+                for (q, causal), t in got.items():
+                    times[CHAIN if causal else TREE][q] = t
+            self.retime_one(engine, times, cache_len, clock)  # (probed just now: the cache is still short enough)
         if self.rows > 1:
             self.times[CHAIN], self.near[CHAIN] = dict(self.times[TREE]), dict(self.near[TREE])
         if near_todo:
