@@ -8,20 +8,24 @@ back only its few tokens (``Decoder.to_host``). The verifier's uniforms are per 
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from specnoise.decoding.kv import upload
 
+NUMPY_ROWS = 8  # from this many rows on the CPU's greedy picks go through NumPy (``greedy``)
+
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
-    """``logits.argmax(-1)``, the greedy pick per row. On the CPU through NumPy: torch's CPU argmax reduction is not
-    vectorised (torch 2.13: ~290 us for 64 rows x 4096 logits, 4.8 ms for 64 x 32000, one thread) while NumPy's SIMD
-    one takes ~40 us / 0.28 ms, and a tree verify step takes the argmax of every block row: with torch's it was a
-    third of the step's host work. Both return the first maximal index (a NaN counts as the maximum in both), so the
-    picks, and the tokens, are the same."""
-    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64) and not logits.requires_grad:
-        return torch.from_numpy(np.asarray(np.argmax(logits.numpy(), axis=-1))).long()
+    """``logits.argmax(-1)``, the greedy pick per row. On the CPU, for ``NUMPY_ROWS`` rows or more, through NumPy:
+    torch's CPU argmax reduction is not vectorised (torch 2.13: ~5 us a row of 4096 logits, ~290 us for 64 rows, 4.8 ms
+    for 64 x 32000, one thread) while NumPy's SIMD one takes ~0.4 us a row; a tree verify step takes the argmax of every
+    block row. For fewer rows torch's: right after a model forward (where every verify step runs) NumPy's first call
+    costs ~50 us more than warm, torch's ~20 (measured on the 2-core CPU: 1 row 26 vs 54 us, 10 rows 73 vs 66), so an AR
+    step or a short chain picks ~30 us sooner. Both return the first maximal index (a NaN counts as the maximum in
+    both), so the picks, and the tokens, are the same."""
+    if (logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64) and not logits.requires_grad
+            and logits.dim() == 2 and logits.shape[0] >= NUMPY_ROWS):
+        return torch.from_numpy(logits.numpy().argmax(-1))
     return logits.argmax(-1)
 
 

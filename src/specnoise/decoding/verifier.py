@@ -302,7 +302,9 @@ class Verifier:
             else:  # the draws a node is tested against: its parent's; the leaves' are not needed yet
                 inner = self.draws(tree, u, shape.depth, shape.inner)
                 right = nodes == inner.index_select(0, shape.slot)
-            ok = ~(shape.sees & ~right).any(-1)  # the whole path root -> input i is right
+            # the whole path root -> input i is right; two kinds of op, not four: each costs ~10-50 us on the CPU
+            # right after a forward (experiments/hardware-aware/cold_ops.py)
+            ok = (shape.sees <= right).all(-1)
             # the deepest accepted input, on the earliest path (index_select, not [best]: a 0-dim index reads)
             best = torch.where(ok, shape.rank, -1).argmax().view(1)
             path, a = shape.path.index_select(0, best)[0], shape.depth.index_select(0, best)
@@ -343,7 +345,7 @@ class Verifier:
         n = q.shape[0]
         picks = draw(p, u.index_select(0, shape.depth))  # the target's draw at every input (used past the chain)
         right = torch.cat([ok, nodes[n:] == picks.index_select(0, shape.parent[n:])])
-        accepted = ~(shape.sees & ~right).any(-1)
+        accepted = (shape.sees <= right).all(-1)
         best = torch.where(accepted, shape.rank, -1).argmax().view(1)
         path, a = shape.path.index_select(0, best)[0], shape.depth.index_select(0, best)
         # inside the chain (a < n) the rejected draft's replacement, past it the draw at the accepted input
