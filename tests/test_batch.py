@@ -182,6 +182,34 @@ def test_no_thread_in_decoding():
         assert "threading" not in text and "concurrent.futures" not in text, path.name
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_a_groups_first_forward_feeds_its_rows_alone_where_padding_would_dominate(static, target):
+    """Prompts of 1, 9 and 24 tokens padded to the longest would feed 72 tokens for their 34 (``batch.PAD_SPLIT``): on
+    the dynamic engine the first forward feeds each row alone, one forward in every row's count, and the later ones
+    are batched; prompts of equal length, and the static engine (whose cache is allocated per bucket), stay batched.
+    Every row equals AR alone either way (``test_each_row_equals_ar_alone``)."""
+    seen = []
+    hook = target.model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        for ps in (batch_prompts(), [p[:9] for p in batch_prompts()[1:]] * 2):
+            seen.clear()
+            decoder = on_engine(build_decoder(schema("pld"), target), static)
+            outs = decoder.generate_batch(ps, 8)
+            fed = seen[:]  # (the batch's forwards; AR alone below feeds the model too)
+            assert [out.tokens for out in outs] == [ar(target, p, 8) for p in ps]
+            assert all(out.target_forwards == len(out.accepted) for out in outs)  # the prefill: one forward
+            if static:  # (padded to its buckets: 4 rows, 32 slots)
+                assert all(rows > 1 for rows, _ in fed), fed
+                continue
+            first = sorted(fed[:len(ps)]) if fed[0][0] == 1 else fed[:1]
+            alone = len(set(map(len, ps))) > 1
+            assert first == (sorted((1, len(p)) for p in ps) if alone else [(len(ps), len(ps[0]))]), fed
+            assert all(rows == len(ps) for rows, _ in fed[len(first):][:3]), fed  # then batched
+    finally:
+        hook.remove()
+
+
 INDEPENDENT = ["jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam", "rest", "speculative", "ouroboros"]
 
 
