@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 
 import torch
+import torch.nn.functional as F
 from transformers import StaticCache
 
 from specnoise.decoding.kv import (
@@ -170,16 +171,10 @@ class BatchKV:
                 layers.append([(layer.keys, layer.values) for layer in single.cache.layers])
                 self.lens[r] = self.fixed[r] = single.length
             Q = max(self.lens[r] for r in rows)
-            for i in range(len(layers[0])):
-                kv = []
-                for which in (0, 1):
-                    first = layers[0][i][which]
-                    full = first.new_zeros(len(rows), first.shape[1], Q, first.shape[3])  # the pads: masked, unread
-                    for b, row in enumerate(layers):
-                        part = row[i][which]
-                        full[b, :, :part.shape[2]] = part[0]
-                    kv.append(full)
-                self.cache.update(kv[0], kv[1], i)
+            for i, parts in enumerate(zip(*layers)):  # layer i: each row's (keys, values), [1, heads, q, dim]
+                keys, values = (torch.cat([F.pad(part[w], (0, 0, 0, Q - part[w].shape[2])) for part in parts])
+                                for w in (0, 1))  # (the pads: masked, never read)
+                self.cache.update(keys, values, i)
         self.phys = Q
         self.forwards += 1
         return out
