@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import prompts
-from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, cycle_successor, map_model, schema, tiny_pair, tv
+from helpers_decoding import CYCLE, PROMPT, SAMPLES, TV_MAX, V, ar, cycle_successor, map_model, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ConfigError
 from specnoise.decoding import auto, calibration
 from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Batched, Controller, Curve, Nodes, Plan, chain_parents
@@ -640,11 +640,47 @@ def test_auto_stays_lossless_on_the_static_engine(name, target, draft):
 
 @pytest.mark.parametrize("name", DRAFTERS)
 def test_a_flat_curve_keeps_the_faithful_sizes(name, target, draft):
-    """Extra candidates cost nothing: every step proposes all of them, the faithful decoder's very forwards."""
+    """Extra candidates cost nothing: every step proposes all of them, the faithful decoder's very forwards (Token
+    Recycling's with every row of its matrix taken as written: auto drafts nothing from an unwritten one, below)."""
     faithful = build_decoder(schema(name), target, draft)
     auto_on = build(name, target, draft, "flat")
+    recycling = getattr(auto_on.drafter, "fallback", auto_on.drafter)
+    if hasattr(recycling, "known"):
+        recycling.known = Everything()
     for prompt in PROMPTS:
         assert auto_on.generate(prompt, NEW_TOKENS).accepted == faithful.generate(prompt, NEW_TOKENS).accepted
+
+
+class Everything(set):
+    def __contains__(self, item) -> bool:
+        return True
+
+
+def test_token_recycling_drafts_nothing_from_a_row_of_its_matrix_it_has_not_written(family):
+    """decoder.auto: at a root whose row of the matrix Token Recycling has not written (as far as the host knows: an
+    earlier step's root or accepted draft), its tree would be drafted from zeros: an AR step instead, which writes the
+    row. On a flat curve every other step drafts the whole template, and the tokens stay AR's."""
+    target = map_model(family, cycle_successor)
+    decoder = build("token_recycling", target, None, "flat")
+    drafter, seen = decoder.drafter, []  # per step: whether the root's row was known, the nodes proposed
+    propose = drafter.propose
+
+    def spy(room):
+        known = drafter.seq[-1] in drafter.known
+        proposal = propose(room)
+        seen.append((known, proposal.shape.nodes))
+        return proposal
+
+    drafter.propose = spy
+    prompt = [3, 4, CYCLE[0]]
+    out = decoder.generate(prompt, 24)
+    assert out.tokens == ar(target, prompt, 24)
+    assert seen[0] == (False, 0) and any(known for known, _ in seen)
+    assert all(nodes == 0 for known, nodes in seen if not known)
+    # (the template cut at the budget near the end)
+    assert all(nodes > 0 for known, nodes in seen[:-3] if known) and max(n for _, n in seen) == len(drafter.template)
+    decoder.reset_history()  # the matrix and what is known of it go together
+    assert not drafter.known and not drafter.M.any()
 
 
 @pytest.mark.parametrize("name", DRAFTERS)
@@ -814,7 +850,10 @@ def test_a_curve_asked_for_more_than_fits_after_its_context_probes_what_fits(tar
     context = engine.max_length - 40
     curve = Curve(engine, context, 8, None)
     curve.ensure(engine, 100)
-    assert max(curve.times[CHAIN]) <= engine.max_length - context - 1 and curve(100) > curve(8)
+    # priced by extension, never below the probed sizes' fit (a non-decreasing fit: two probes that timed alike make
+    # it flat, so no strict inequality on timings)
+    probed = max(curve.times[CHAIN])
+    assert probed <= engine.max_length - context - 1 and probed < 100 and curve(100) >= curve(probed) >= curve(1)
     # the probe goes after the engine's own cache: one still holding a long generation leaves less room (the bound
     # probes a draft engine right after its logged generations)
     engine.reset()

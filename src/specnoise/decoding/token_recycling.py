@@ -10,7 +10,8 @@ it as for Ouroboros' pool).
 
 Departures from the paper's code: the tree is one of trees.py's templates (default Medusa's ``mc_sim_7b_63``, 63
 nodes of depth <= 4, not the paper's own 80-node tree of depth 6, and no ``tree=auto``); the matrix starts from
-zeros (its drafts fail until the first updates); rows repeated in one block are written in an unspecified order (a
+zeros (its drafts fail until the first updates; under ``decoder.auto`` a root whose row is unwritten takes an AR
+step instead, ``known``); rows repeated in one block are written in an unspecified order (a
 speed, never an output, difference); and the prompt's own rows are not recycled at the prefill (only the root's).
 """
 
@@ -28,7 +29,8 @@ from specnoise.errors import ConfigError
 
 class Recycle:
     """An ``after`` hook for blocks of ``n`` rows (root first): ``M[row's token] = top-k of the row's logits``. The
-    tokens sit in ``inputs``, written before each step (fixed address: a recorded CUDA graph reads it in place)."""
+    tokens sit in ``inputs``, written before each step (fixed address: a recorded CUDA graph reads it in place), and
+    are read with the verdict (``TokenRecycling.known``)."""
 
     def __init__(self, M: torch.Tensor, n: int):
         self.M, self.inputs = M, torch.zeros(n, dtype=torch.long, device=M.device)
@@ -37,7 +39,7 @@ class Recycle:
     def __call__(self, step):
         top = step.logits[:self.inputs.numel()].topk(self.k, dim=-1).indices
         self.M.index_copy_(0, self.inputs, F.pad(top, (0, self.M.shape[1] - self.k)))
-        return None, None
+        return self.inputs, None
 
 
 class Plan:
@@ -57,7 +59,7 @@ class Plan:
 class TokenRecycling(Drafter):
     name = "token_recycling"
     backoff = False  # its explorations feed its next candidates (auto.py)
-    kept = ("M",)  # the matrix, kept across prompts (``Decoder.history``)
+    kept = ("M", "known")  # the matrix, kept across prompts (``Decoder.history``), and what the host knows of it
 
     def setup(self):
         cfg, target = self.cfg, self.target
@@ -66,6 +68,10 @@ class TokenRecycling(Drafter):
             raise ConfigError(f"decoder.tree={cfg.tree} has {len(self.template)} nodes, more than the model's context "
                               f"of {target.max_length}: pick a smaller tree")
         self.M = torch.zeros(target.vocab_size, cfg.topk, dtype=torch.long, device=target.device)
+        # tokens whose row of M holds the target's top-k: every block row's token, read with the verdict. At a root
+        # outside it decoder.auto takes an AR step (which writes the row): its tree would be drafted from zeros, and
+        # a matrix emptied after the warm-up made the first HumanEval problems verify such trees at most steps
+        self.known: set[int] = set()
         # by the deepest node kept (trees cut at the budget) and decoder.auto's pick
         self.plans: dict[tuple[int, tuple[int, ...] | None], Plan | None] = {}
         index = {node: i for i, node in enumerate(self.template)}
@@ -81,10 +87,16 @@ class TokenRecycling(Drafter):
 
     def reset_history(self):
         self.M.zero_()
+        self.known = set()
+
+    def observe(self, v):
+        self.known.update(v.extra)  # the rows ``Recycle`` wrote
+        super().observe(v)
 
     def fork(self, decoder):
         clone = super().fork(decoder)
-        clone.M, clone.hooks = self.M.clone(), {}  # a row's own matrix, and hooks whose input buffers are its own
+        # a row's own matrix, and hooks whose input buffers are its own
+        clone.M, clone.known, clone.hooks = self.M.clone(), set(self.known), {}
         return clone
 
     def hook(self, n: int) -> Recycle:
@@ -94,10 +106,11 @@ class TokenRecycling(Drafter):
 
     def plan(self, room: int) -> Plan | None:
         """The template without nodes deeper than ``room`` (they could never be emitted), under ``decoder.auto`` the
-        controller's pick among them; None when none is left."""
+        controller's pick among them (none at a root whose row of M is not ``known``); None when none is left."""
         depth = min(room, self.deepest)
         allow = None if depth == self.deepest else [len(node) <= depth for node in self.template]
-        pick = self.select(self.parents, "token_recycling", allow)
+        known = self.seq[-1] in self.known
+        pick = self.select(self.parents if known else [], "token_recycling", allow if known else None)
         pick = None if pick is None else tuple(pick)
         if (depth, pick) not in self.plans:
             kept = [node for i, node in enumerate(self.template)

@@ -288,11 +288,15 @@ class Verifier:
         tree = logits[:shape.nodes + 1] if shape.prefix else logits.index_select(0, shape.rows)
         if q is not None:
             return self.reject(shape, after, logits, y, tree, nodes, u, v, q)
+        # a chain, or the root alone (a tree drafter's AR step under decoder.auto, a masked block of extra rows): the
+        # chain's few ops; the tree's path search costs ~5 more kinds of op, each ~10-50 us right after a forward on
+        # the CPU, for the same verdict
+        chain = shape.causal or not shape.nodes
         if self.sampling is None:
             picks = y[:shape.nodes + 1] if shape.prefix else y.index_select(0, shape.rows)
-        elif shape.causal:  # input i predicts output position base + depth[i]: its uniform
+        elif chain:  # input i predicts output position base + depth[i]: its uniform
             picks = self.draws(tree, u, shape.depth)
-        if shape.causal:  # a chain: the accepted drafts are the matching prefix
+        if chain:  # the accepted drafts are the matching prefix
             right = nodes == picks[:-1]
             a = right.long().cumprod(0).sum().view(1)
             path, best, block = shape.path[0], a, picks
