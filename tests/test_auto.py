@@ -657,9 +657,9 @@ class Everything(set):
 
 
 def test_token_recycling_drafts_nothing_from_a_row_of_its_matrix_it_has_not_written(family):
-    """decoder.auto: at a root whose row of the matrix Token Recycling has not written (as far as the host knows: an
-    earlier step's root or accepted draft), its tree would be drafted from zeros: an AR step instead, which writes the
-    row. On a flat curve every other step drafts the whole template, and the tokens stay AR's."""
+    """decoder.auto: at a root whose row of the matrix Token Recycling has not written (no earlier block held the
+    token: the block's tokens are read with each verdict), its tree would be drafted from zeros: an AR step instead,
+    which writes the row. On a flat curve every other step drafts the whole template, and the tokens stay AR's."""
     target = map_model(family, cycle_successor)
     decoder = build("token_recycling", target, None, "flat")
     drafter, seen = decoder.drafter, []  # per step: whether the root's row was known, the nodes proposed

@@ -109,8 +109,7 @@ class TokenRecycling(Drafter):
         controller's pick among them (none at a root whose row of M is not ``known``); None when none is left."""
         depth = min(room, self.deepest)
         allow = None if depth == self.deepest else [len(node) <= depth for node in self.template]
-        known = self.seq[-1] in self.known
-        pick = self.select(self.parents if known else [], "token_recycling", allow if known else None)
+        pick = self.select(self.parents if self.seq[-1] in self.known else [], "token_recycling", allow)
         pick = None if pick is None else tuple(pick)
         if (depth, pick) not in self.plans:
             kept = [node for i, node in enumerate(self.template)
