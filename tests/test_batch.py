@@ -64,6 +64,26 @@ def test_each_row_equals_ar_alone(name, static, early_eos, draft):
     assert outs[1].target_forwards < outs[2].target_forwards  # and took part in fewer forwards
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_rows_judged_together_equal_ar_alone(name, static, target, draft, monkeypatch):
+    """From ``TOGETHER_CPU`` rows on, a step's greedy rows are judged in one function, their proposals padded to the
+    step's largest shape (``verifier.judge_rows``): every drafter's rows at that batch size, prompts of 1 to 24
+    tokens, equal AR alone, and the batch did judge its rows together."""
+    from specnoise.decoding import verifier
+
+    gen = random.Random(5)
+    ps = [[gen.randrange(3, VOCAB) for _ in range(n)] for n in (1, 3, 5, 9, 12, 17, 20, 24)]
+    assert len(ps) >= verifier.TOGETHER_CPU
+    judged, accept = [], verifier.accept
+    monkeypatch.setattr(verifier, "accept", lambda rules, picks, nodes: judged.append(len(picks)) or
+                        accept(rules, picks, nodes))
+    outs = on_engine(build_decoder(schema(name), target, draft), static).generate_batch(ps, 24)
+    for out, prompt in zip(outs, ps):
+        assert out.tokens == ar(target, prompt, 24), f"{name}: a row judged with others differs from AR alone"
+    assert judged and max(judged) >= verifier.TOGETHER_CPU
+
+
 def test_rows_keep_their_drafter_state_and_seeds_must_match(target):
     decoder = build_decoder(schema("ouroboros"), target, make_model("llama", 1, 1, hidden_size=32,
                                                                       intermediate_size=64))

@@ -22,7 +22,7 @@ from specnoise.config import DECODER_SCHEMAS, ARConfig
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.kv import DynamicEngine
 from specnoise.decoding.sampling import draw, warp
-from specnoise.decoding.verifier import Step, Verifier
+from specnoise.decoding.verifier import Verifier
 
 SAMPLERS = ["ar", "jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam", "rest", "speculative",
             "ouroboros"]
@@ -89,7 +89,7 @@ class TypicalAcceptance(Verifier):
         right = (nodes == picks[:-1]) | (p[:-1].gather(-1, nodes.view(-1, 1))[:, 0] > 0.2)
         a = right.long().cumprod(0).sum().view(1)
         block = torch.where(torch.arange(n + 1) < a, torch.cat([nodes, picks[-1:]]), picks)
-        return self.finish(after, Step(logits, logits.argmax(-1), right, a, a, shape.path[0]), block)
+        return self.finish(after, block, logits, logits.argmax(-1), right, a, a, shape.path[0])
 
 
 def test_a_lossy_verifier_fails_the_distribution_test(pair):

@@ -143,3 +143,57 @@ def test_a_sampled_tree_step_warps_only_inputs_with_children_and_the_best(monkey
     a = int(read[0])
     path = read[1 + shape.span:1 + 2 * shape.span][:a + 1].tolist()
     assert read[1:a + 2].tolist() == picks[path].tolist()
+
+
+class KeepTop:
+    """An ``after`` hook of one row's own state (as Token Recycling's): reads the root's argmax, keeps its top-2."""
+
+    def __call__(self, step):
+        return step.y[:, :1], step.logits[:, 0].topk(2, dim=-1).indices
+
+
+@pytest.mark.parametrize("kinds", ["every kind", "chains only"])
+def test_rows_judged_together_equal_each_judged_alone(kinds):
+    """A batch's greedy rows of different shapes (a tree, chains, the root alone, a block with a row outside its
+    tree; or chains alone, which take the chain's rule), padded to the largest and judged in one function, get each
+    the reply it gets alone: what the host reads, what its hook keeps, the argmax, the bonus token and the path."""
+    from specnoise.decoding.verifier import TOGETHER_CPU, Check, judge_rows, read_argmax
+
+    g = torch.Generator().manual_seed(0)
+    tree = tree_shape([0, 1, 0, 3, 4, 0, 6, 7], [[0, 1, 2], [0, 3, 4, 5], [0, 6, 7, 8]])
+    extra_row = tree_shape([0, 1], mask=torch.tril(torch.ones(4, 4, dtype=torch.bool)),
+                           offsets=torch.tensor([0, 1, 1, 2]), rows=[0, 2, 3])
+    rows = [(chain_shape(3), None), (chain_shape(0), KeepTop()), (chain_shape(5), read_argmax),
+            (chain_shape(3), None), (chain_shape(5), read_argmax)] * 2
+    if kinds == "every kind":
+        rows += [(tree, read_argmax), (tree, read_argmax), (extra_row, None), (tree, KeepTop())]
+    checks, verifier = [], Verifier(None, None)
+    for shape, after in rows:
+        logits = torch.randn(shape.last, 12, generator=g)
+        y = logits.argmax(-1)
+        at_parent = y.index_select(0, shape.rows.index_select(0, shape.parent))
+        wrong = torch.randint(0, 12, at_parent.shape, generator=g)
+        nodes = torch.where(torch.rand(at_parent.shape, generator=g) < 0.75, at_parent, wrong)
+        checks.append(Check(verifier, shape, after, False, (logits, nodes)))
+    # a chain accepted whole whose bonus token is 0: its pad nodes must not match what comes after it
+    checks.append(Check(verifier, chain_shape(1), None, False, (one_hot_logits([7, 0], 12), torch.tensor([7]))))
+    assert len(checks) >= TOGETHER_CPU  # enough rows to be judged together on the CPU
+    together = judge_rows(checks)
+    accepted = []
+    for check, got in zip(checks, together):
+        alone = verifier.verify(check.shape, check.after, *check.args, None, None, None)
+        (tokens, path, extra), (tokens_, path_, extra_) = verdict(got), verdict(alone)
+        span, last = check.shape.span, check.shape.last
+        assert tokens == tokens_ and extra == extra_ and path[:span] == path_ and set(path[span:]) <= {-1}
+        assert (got[1] is None) == (alone[1] is None) and (got[1] is None or torch.equal(got[1], alone[1]))
+        assert torch.equal(got[2][:last], alone[2]) and torch.equal(got[3], alone[3])  # argmax, bonus token
+        assert torch.equal(got[4][:span], alone[4])  # the path on the device
+        accepted.append(len(tokens) - 1)
+    assert max(accepted) >= 2 and min(accepted) == 0  # the rows' verdicts differ: deep matches and none
+
+
+def verdict(reply):
+    """What the host reads of a step's reply, as ``Verifier.steps`` parses it: (tokens, path, the hook's read)."""
+    values, span = reply[0].tolist(), reply[4].shape[-1]
+    a = values[0]
+    return values[1:a + 2], values[1 + span:1 + 2 * span], values[1 + 2 * span:]

@@ -1,9 +1,10 @@
 """Each row's own host work per row-step in a lock-step batch (issue 28): its generator's code between its target
-forwards (the drafter's candidates, the verify ops, the commit, ``observe``, the controller), by the kind of the step
-(AR: a one-token block; drafted: more), per row-step in ms. The first 16 HumanEval problems as one batch of ``B`` (64
-new tokens, fp32, one thread, the shipped small-code-msn), each decoder with ``decoder.auto=true`` (AR plain), one
-untimed generation, then ``--repeats`` timed. The batch's own work (the lock-step loop, the cache's tidying, the mask,
-the read) is not in it. AR's "drafted" row-steps are its prefills.
+forwards (the drafter's candidates, the commit, ``observe``, the controller), by the kind of the step (AR: a one-token
+block; drafted: more), per row-step in ms. The first 16 HumanEval problems as one batch of ``B`` (64 new tokens, fp32,
+one thread, the shipped small-code-msn), each decoder with ``decoder.auto=true`` (AR plain), one untimed generation,
+then ``--repeats`` timed. The batch's own work (the lock-step loop, the cache's tidying, the mask, the read) is not in
+it, nor, since the verifications became the batch's requests (``verifier.Check``, served by ``judge_rows``), the
+verify ops (the README's table was taken before, with them). AR's "drafted" row-steps are its prefills.
 
 Usage: python experiments/batch-scaling/row_host.py [--decoders ar,pld,tr_jacobi] [--batch 16] [--repeats 3]
 """
@@ -36,20 +37,25 @@ def timed(steps):
         except StopIteration:
             return
         spent += time.perf_counter() - start
-        if isinstance(request, Forward) and request.engine.kv.priority == 2:  # the target's (batch.py)
+        if isinstance(request, Forward) and request.engine.kv.priority == batch.TARGET_FORWARDS:
             if drafted is not None:
                 SPENT[drafted].append(spent)
             spent, drafted = 0.0, len(request.tokens) > 1
         reply = yield request
 
 
-def main(names: list[str], rows: int, repeats: int) -> None:
+def humaneval_batch(rows: int):
+    """The shipped small-code-msn on one thread, and the first ``rows`` of 16 HumanEval problems (raw prompts)."""
     torch.set_num_threads(1)
     target = load_model(ModelConfig(name="small-code-msn", path=str(ASSETS_DIR / "models" / "small-code-msn")))
     bench = BenchmarkConfig(name="humaneval", path=str(ASSETS_DIR / "data" / "humaneval" / "HumanEval.jsonl.gz"),
                             limit=16)
-    prompts = [encode_prompt(target.tokenizer, dialogue_text(s, "raw", [], target.tokenizer))
-               for s in load_samples(bench, "raw")][:rows]
+    return target, [encode_prompt(target.tokenizer, dialogue_text(s, "raw", [], target.tokenizer))
+                    for s in load_samples(bench, "raw")][:rows]
+
+
+def main(names: list[str], rows: int, repeats: int) -> None:
+    target, prompts = humaneval_batch(rows)
     lockstep = batch.lockstep
     base.lockstep = lambda steps, kvs, read: lockstep({r: timed(g) for r, g in steps.items()}, kvs, read)
     print(f"humaneval, {rows} prompts as one batch, 64 new tokens, {repeats} repeats\n")

@@ -21,7 +21,7 @@ import torch
 
 from specnoise.config import DECODER_SCHEMAS
 from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve, Plan
-from specnoise.decoding.batch import BatchKV, lockstep
+from specnoise.decoding.batch import DRAFT_FORWARDS, TARGET_FORWARDS, BatchKV, lockstep
 from specnoise.decoding.calibration import DraftScale, StepTimer, StepTimes, probed_here
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
@@ -504,9 +504,9 @@ class Decoder:
             self.start_auto(max(map(len, prompts)), max_new_tokens)  # the curves, probed once (untimed)
             self.start_auto_rows(rows, max(map(len, prompts)) + max_new_tokens)
         need = max(map(len, prompts)) + max_new_tokens
-        kvs = [BatchKV(self.target, n, need, priority=2)]
+        kvs = [BatchKV(self.target, n, need, priority=TARGET_FORWARDS)]
         if self.draft is not None:
-            kvs.append(BatchKV(self.draft, n, need, priority=0))
+            kvs.append(BatchKV(self.draft, n, need, priority=DRAFT_FORWARDS))
         for r, row in enumerate(rows):
             row.bind(kvs[0].row_engine(r), kvs[1].row_engine(r) if self.draft is not None else None)
             row.host_reads, row.batch = 0, n

@@ -4,13 +4,15 @@ every host read is batched, and no thread runs.
 Each row runs the ordinary decode loop as a generator (``Decoder.steps``): where a row alone would run a forward or
 read the device, it yields the request (kv.py ``Forward``, ``Read``) and waits for the reply. ``lockstep`` moves every
 row on to its next request, then serves one kind of request for every row waiting on it, the cheapest first: draft
-model forwards while any row still drafts, then reads, then the target's forward. A step of the batch is therefore:
-each row's drafter proposes (draft models stepped together, one batched forward per draft token; rows that have
-finished drafting are fed pads, not skipped: skipping them would need their KV moved out of the rectangular cache
-and back), one batched target forward over every row's proposal (padded to the step's largest block), each row's
-verify on the device, ONE host read for the whole batch (every row's verdict tensor in one copy), then each row's
-``observe``. Drafters and the verifier stay batch-unaware: a drafter written for one prompt
-decodes batches unchanged, and each row's tokens are its batch-1 tokens (the verifier's rule is per row).
+model forwards while any row still drafts, then verifications, then reads, then the target's forward. A step of the
+batch is therefore: each row's drafter proposes (draft models stepped together, one batched forward per draft token;
+rows that have finished drafting are fed pads, not skipped: skipping them would need their KV moved out of the
+rectangular cache and back), one batched target forward over every row's proposal (padded to the step's largest
+block), the rows' verifications on the device (the verifier's ``Check``: the greedy rows judged in one function,
+their proposals padded to the step's largest shape, each drafter's hook once per group of rows that share it:
+``verifier.judge_rows``), ONE host read for the whole batch (every row's verdict tensor in one copy), then each row's
+``observe``. Drafters stay batch-unaware: a drafter written for one prompt decodes batches unchanged, and each row's
+tokens are its batch-1 tokens (the verifier's rule is per row: a row judged with others gets its verdict alone).
 
 The KV (``BatchKV``): one cache per model holds the rows along the batch dimension. Row r's accepted tokens sit at
 physical slots [0, len_r). A forward appends every row's block after the longest row, right-aligned (pads in front:
@@ -49,9 +51,12 @@ from specnoise.decoding.kv import (
     upload,
 )
 from specnoise.decoding.static_kv import StaticEngine, capacity_for
+from specnoise.decoding.verifier import Check, judge_rows
 from specnoise.numerics import numerics
 
-READS = 1  # the priority of reads: after draft forwards (0), before the target's (2)
+# the order rows' requests are served in, the first waiting kind first (a forward's: its BatchKV's priority): draft
+# forwards, the verifications, the reads, the target's forwards, so each kind serves every row that will ask for it
+DRAFT_FORWARDS, CHECKS, READS, TARGET_FORWARDS = 0, 1, 2, 3
 # a group's first forward feeds each row alone (``BatchKV.prefill_rows``) where padding every row to the longest would
 # feed at least this many times the rows' own tokens
 PAD_SPLIT = 1.5
@@ -334,14 +339,19 @@ def lockstep(steps: dict[int, Generator], kvs: list[BatchKV], read: Callable[[to
             kv.finish(r)
 
     def priority(request) -> int:
-        return request.engine.kv.priority if isinstance(request, Forward) else READS
+        if isinstance(request, Forward):
+            return request.engine.kv.priority
+        return CHECKS if isinstance(request, Check) else READS
 
     try:
         for r in list(steps):
             advance(r, None)
         while waiting and not errors:
             first = min(waiting.values(), key=priority)
-            if isinstance(first, Read):
+            if isinstance(first, Check):
+                rows = sorted(r for r, q in waiting.items() if isinstance(q, Check))
+                replies = judge_rows([waiting[r] for r in rows])
+            elif isinstance(first, Read):
                 rows = sorted(r for r, q in waiting.items() if isinstance(q, Read))
                 replies = read_together([waiting[r].tensor for r in rows], read)
                 for r in rows:

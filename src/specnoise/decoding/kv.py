@@ -119,8 +119,9 @@ class Read(NamedTuple):
 
 
 def drive(steps: Generator, read: Callable[[torch.Tensor], Any]):
-    """Run a generator of ``Forward`` / ``Read`` requests alone, each served at once (forwards on their engine, reads
-    through ``read``); returns the generator's value. The batch=1 case of batch.py's lock-step loop."""
+    """Run a generator of ``Forward`` / ``Read`` requests (and the verifier's ``Check``: its own ``run``) alone, each
+    served at once (forwards on their engine, reads through ``read``); returns the generator's value. The batch=1
+    case of batch.py's lock-step loop."""
     reply = None
     try:
         while True:
@@ -128,8 +129,10 @@ def drive(steps: Generator, read: Callable[[torch.Tensor], Any]):
             if isinstance(request, Forward):
                 reply = request.engine.forward(request.tokens, request.positions, request.tree, request.last,
                                                request.prefix)
-            else:
+            elif isinstance(request, Read):
                 reply = read(request.tensor)
+            else:
+                reply = request.run()
     except StopIteration as stop:
         return stop.value
 

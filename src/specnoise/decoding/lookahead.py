@@ -82,7 +82,7 @@ class ReadRows:
         self.rows = rows
 
     def __call__(self, step):
-        return step.y.index_select(0, self.rows), None
+        return step.y.index_select(1, self.rows), None
 
 
 class Window:

@@ -102,8 +102,9 @@ class KeepDraws:
 
     def __call__(self, step):
         read, _ = self.inner(step)
-        at = self.rows.index_select(0, step.path.clamp(min=0))  # block row of each path input (padding: the root's)
-        return read, warp(fit_vocab(step.logits.index_select(0, at), self.vocab), self.cfg)
+        at = self.rows[step.path.clamp(min=0)]  # block row of each path input (padding: the root's), [B, span]
+        logits = step.logits.gather(1, at[..., None].expand(-1, -1, step.logits.shape[-1]))
+        return read, warp(fit_vocab(logits, self.vocab), self.cfg)
 
 
 class Ouroboros(Drafter):

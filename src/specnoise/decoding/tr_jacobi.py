@@ -101,10 +101,11 @@ class Tables:
         """Reads each node's right flag (tree=auto's statistics) and keeps the next candidate matrix: the top-k after
         each rejected node of the best path, one row per depth."""
         tree = self.tree
-        after = self.path.index_select(0, step.best)[0].gather(0, step.a + self.rows)
-        top = step.logits.index_select(0, after.clamp(min=0)).topk(self.k, dim=-1).indices
-        C = F.pad(torch.where(after[:, None] >= 0, top, -1), (0, tree.width - self.k, 0, tree.rows - len(after)),
-                  value=-1)
+        after = self.path.index_select(0, step.best).gather(1, step.a[:, None] + self.rows)  # [B, rows read]
+        logits = step.logits.gather(1, after.clamp(min=0)[..., None].expand(-1, -1, step.logits.shape[-1]))
+        top = logits.topk(self.k, dim=-1).indices
+        C = F.pad(torch.where(after[..., None] >= 0, top, -1),
+                  (0, tree.width - self.k, 0, tree.rows - after.shape[1]), value=-1)
         return (step.right if self.stats else None), C
 
 

@@ -19,18 +19,22 @@ chain (Ouroboros' phrases with sampled drafts): past the chain they are matched 
 
 A step stays on the device from the logits to one host read (accepted count, block, path and whatever the drafter's
 ``after`` hook asks for); on an engine that replays CUDA graphs the whole device function is recorded once per shape.
+In a batch (batch.py) the rows' greedy steps are one device function: their proposals padded to the step's largest
+shape, judged by the same ops a row alone runs on a batch of one (``judge_rows``).
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from specnoise.decoding.kv import Forward, Read, as_ids, drive, upload, upload_tables
 from specnoise.decoding.sampling import draw, greedy, residual, warp
@@ -58,10 +62,24 @@ class Shape:
     # acceptance (the best input's is the bonus, drawn after): a wide tree's leaves are never warped
     inner: torch.Tensor  # long [K]: the inputs with a child
     slot: torch.Tensor  # long [N]: node i's parent's index in ``inner``
+    padded: dict = field(default_factory=dict, repr=False)  # ``rules`` by size
 
     @property
     def nodes(self) -> int:
         return self.parent.numel()
+
+    def rules(self, n: int, span: int) -> Rules:
+        """The verdict's tables as one row of a batch's, padded to ``n`` nodes and ``span`` (the step's largest shape),
+        kept per size."""
+        rules = self.padded.get((n, span))
+        if rules is None:
+            more = n - self.nodes
+            rules = self.padded[n, span] = Rules(
+                F.pad(self.rows, (0, more))[None], F.pad(self.parent, (0, more))[None],
+                F.pad(self.sees, (0, more, 0, more))[None], F.pad(self.rank, (0, more), value=-1)[None],
+                F.pad(self.depth, (0, more))[None], F.pad(self.path, (0, span - self.span, 0, more), value=-1)[None],
+                prefix=self.prefix, chain=self.causal or not self.nodes)
+        return rules
 
     @property
     def last(self) -> int:
@@ -135,14 +153,16 @@ def read_argmax(step: Step):
 
 
 class Step(NamedTuple):
-    """A verification on the device, what ``after`` hooks see."""
+    """The verifications of B rows on the device (B = 1 alone; in a batch, the rows that share a hook), what
+    ``after`` hooks see: a hook returns (what to read, [B, ...] or None; what to keep, [B, ...] or None) and each row
+    gets its own row of both."""
 
-    logits: torch.Tensor  # [1 + Q, V] from the root on
-    y: torch.Tensor  # argmax per row (the drafters' guesses, also under sampling)
-    right: torch.Tensor  # [N] each node's token equals the draw at its parent
-    best: torch.Tensor  # [1] the accepted input
-    a: torch.Tensor  # [1] accepted nodes
-    path: torch.Tensor  # [span] tree inputs root -> best, -1 padded
+    logits: torch.Tensor  # [B, 1 + Q, V] from the root on
+    y: torch.Tensor  # [B, 1 + Q] argmax per block row (the drafters' guesses, also under sampling)
+    right: torch.Tensor  # [B, N] each node's token equals the draw at its parent
+    best: torch.Tensor  # [B] the accepted input
+    a: torch.Tensor  # [B] accepted nodes
+    path: torch.Tensor  # [B, span] tree inputs root -> best, -1 padded
 
 
 @dataclass
@@ -237,15 +257,14 @@ class Verifier:
             logits = logits[:, :self.vocab]
         nodes = tokens[:shape.nodes] if shape.prefix else tokens.index_select(0, shape.rows[1:] - 1)
         rejection = proposal.q is not None and self.sampling is not None
-        fn = self.function(shape, proposal.after, rejection)
         args = (logits, nodes)
         if self.sampling is not None:
             args += self.uniforms(base, shape.span)
         if rejection:
             args += (proposal.q,)
-        read, kept, y, bonus, path = fn(*args)
+        read, kept, y, bonus, path = yield Check(self, shape, proposal.after, rejection, args)
         values = yield Read(read)
-        a, span = values[0], shape.span
+        a, span = values[0], path.shape[-1]  # the shape's span, or a batch's largest (-1 padded)
         return Verdict(tokens=values[1:a + 2], path=values[1 + span:1 + 2 * span], extra=values[1 + 2 * span:],
                        kept=kept, y=y, bonus=bonus, root=root, shape=shape, device_path=path)
 
@@ -316,7 +335,7 @@ class Verifier:
                 picks = torch.zeros(shape.nodes + 1, dtype=torch.long, device=tree.device).index_copy(
                     0, shape.inner, inner).index_copy(0, best, self.draws(tree, u, shape.depth, best))
             block = picks.index_select(0, path.clamp(min=0))  # [:a + 1]: the accepted nodes (= draws at their parents)
-        return self.finish(after, Step(logits, y, right, best, a, path), block)
+        return self.finish(after, block, logits, y, right, best, a, path)
 
     def draws(self, tree, u, depth, inputs=None):
         """The target's draws at tree ``inputs`` (all when None): each warped alone, with its position's uniform."""
@@ -342,7 +361,7 @@ class Verifier:
         token = draw(rest, u.index_select(0, a))
         block = torch.cat([nodes, token]).scatter(0, a, token)  # [:a + 1]: the kept drafts, then the new token
         right = ok  # what the drafter may learn: which drafts passed their test
-        return self.finish(after, Step(logits, y, right, a, a, shape.path[0]), block)
+        return self.finish(after, block, logits, y, right, a, a, shape.path[0])
 
     def reject_then_match(self, shape, after, logits, y, p, nodes, u, q, ok):
         """``reject`` of a chain of ``len(q)`` sampled drafts with deterministic nodes after its last one."""
@@ -356,10 +375,164 @@ class Verifier:
         fix = draw(residual(p[:n], q), u[:n]).index_select(0, a.clamp(max=n - 1))
         bonus = torch.where(a < n, fix, picks.index_select(0, best))
         block = torch.cat([nodes.index_select(0, path[1:].clamp(min=1) - 1), bonus]).scatter(0, a, bonus)
-        return self.finish(after, Step(logits, y, right, best, a, path), block)
+        return self.finish(after, block, logits, y, right, best, a, path)
 
     @staticmethod
-    def finish(after, step: Step, block):
-        extra, kept = after(step) if after is not None else (None, None)
-        parts = [step.a, block, step.path] + ([extra.view(-1).long()] if extra is not None else [])
-        return torch.cat(parts), kept, step.y, block.index_select(0, step.a), step.path
+    def finish(after, block, logits, y, right, best, a, path):
+        """The reply of one row's step (``best``, ``a``: [1]; the rest the row's own). Its hook sees the step as a
+        batch of one (hooks serve ``judge_rows`` too); alone, the batch's functions would cost 15-65 us more per step
+        on the CPU in views and gathers (``finish_rows``), so one row keeps its own ops, which
+        ``test_rows_judged_together_equal_each_judged_alone`` holds to the batch's."""
+        extra = kept = None
+        if after is not None:
+            extra, kept = after(Step(logits[None], y[None], right[None], best, a, path[None]))
+            kept = None if kept is None else kept[0]
+        parts = [a, block, path] + ([extra.view(-1).long()] if extra is not None else [])
+        return torch.cat(parts), kept, y, block.index_select(0, a), path
+
+
+# ------------------------------------------------------------------------------------------ B rows at once
+# A batch's greedy rows judged together (``judge_rows``): their shapes padded to the largest of the step, every
+# function below takes B rows on a leading dimension. The rule is ``Verifier.verify``'s, op for op (a row alone keeps
+# its own unbatched ops: ``Verifier.finish``).
+
+class Rules(NamedTuple):
+    """Tree tables with a leading row dimension: one shape's (1 row, broadcast to every row judged by it,
+    ``Shape.rules``) or B rows' shapes padded to the largest (``rules_of``). A pad input is never the best (rank -1)
+    and a pad node never right (its proposed token is -1)."""
+
+    rows: torch.Tensor  # [R, N + 1] block row of each tree input
+    parent: torch.Tensor  # [R, N]
+    sees: torch.Tensor  # [R, N + 1, N]
+    rank: torch.Tensor  # [R, N + 1]
+    depth: torch.Tensor  # [R, N + 1]
+    path: torch.Tensor  # [R, N + 1, span]
+    prefix: bool  # every row's inputs are its block's first rows: a slice picks them
+    chain: bool  # every row's tree is a chain or the root alone: the matching prefix is accepted
+
+
+def rules_of(shapes: list[Shape]) -> Rules:
+    """The rules of B rows' shapes, padded to the most nodes and the longest span among them."""
+    n, span = max(s.nodes for s in shapes), max(s.span for s in shapes)
+    if all(s is shapes[0] for s in shapes):
+        return shapes[0].rules(n, span)
+    each = [s.rules(n, span) for s in shapes]
+    chain = all(r.chain for r in each)
+    # a chain's rule reads the rows and the first path only (the other tables: the first row's, unread)
+    tables = [torch.cat(f) if not chain or i in (0, 5) else f[0] for i, f in enumerate(list(zip(*each))[:6])]
+    return Rules(*tables, prefix=all(r.prefix for r in each), chain=chain)
+
+
+def picks_at(rules: Rules, y: torch.Tensor) -> torch.Tensor:
+    """The target's token at each tree input, [B, N + 1], from its argmax at every block row ``y`` [B, 1 + Q]."""
+    return y[:, :rules.rows.shape[1]] if rules.prefix else y.gather(1, rules.rows.expand(len(y), -1))
+
+
+def accept(rules: Rules, picks: torch.Tensor, nodes: torch.Tensor):
+    """B rows' verdicts from the target's token at each tree input, ``picks`` [B, N + 1] (argmax or draws), and the
+    proposed ``nodes`` [B, N]. Returns (right [B, N], best [B], a [B], path [B, span], block [B, span])."""
+    if rules.chain:  # chains and roots alone: the matching prefix, in the chain's few ops (as ``Verifier.verify``)
+        right = nodes == picks[:, :-1]
+        a = right.long().cumprod(1).sum(1)
+        return right, a, a, rules.path[:, 0].expand(len(a), -1), picks
+    right = nodes == picks.gather(1, rules.parent.expand(len(picks), -1))
+    best, a, path = best_path(rules, right)
+    return right, best, a, path, picks.gather(1, path.clamp(min=0))  # [:, :a + 1]: the accepted nodes
+
+
+def best_path(rules: Rules, right: torch.Tensor):
+    """The deepest input whose whole path from the root is right (``right`` [B, N]: node i's token equals the draw at
+    its parent), on the earliest path: (best [B], its depth a [B], its path [B, span])."""
+    B, span = len(right), rules.path.shape[-1]
+    # two kinds of op, not four: each costs ~10-50 us on the CPU right after a forward (hardware-aware/cold_ops.py)
+    ok = (rules.sees <= right[:, None]).all(-1)
+    best = torch.where(ok, rules.rank, -1).argmax(-1)
+    a = rules.depth.expand(B, -1).gather(1, best[:, None])[:, 0]
+    return best, a, rules.path.expand(B, -1, -1).gather(1, best[:, None, None].expand(-1, 1, span))[:, 0]
+
+
+def finish_rows(hooks: list[tuple], logits, y, right, best, a, path, block) -> list[tuple]:
+    """Each row's (what the host reads, its hook's kept, y, the bonus token, the path) from B rows' verdicts, padded
+    to the largest shape: a row reads [a, block, path] at the padded span (the reply's path says which) and its hook's
+    read after them. ``hooks``: (hook, shape, rows) in row order, the rows that share a hook and a shape consecutive:
+    one call of the hook on its rows' slice, cut to their shape (``Step``)."""
+    head = torch.cat([a[:, None], block, path], 1)
+    reads = list(head.unbind(0))
+    kept: list = [None] * len(a)
+    start = 0
+    for after, shape, n in hooks:
+        rows = slice(start, start + n)
+        start += n
+        if after is None:
+            continue
+        extra, keep = after(Step(logits[rows, :shape.last], y[rows, :shape.last], right[rows, :shape.nodes], best[rows],
+                                 a[rows], path[rows, :shape.span]))
+        if extra is not None:
+            reads[rows] = torch.cat([head[rows], extra.flatten(1).long()], 1).unbind(0)
+        if keep is not None:
+            kept[rows] = keep.unbind(0)
+    return list(zip(reads, kept, y.unbind(0), block.gather(1, a[:, None]).unbind(0), path.unbind(0)))
+
+
+class Check(NamedTuple):
+    """A request that ``Verifier.steps`` yields once the forward's logits are in: run the step's device function on
+    ``args`` (logits, the proposed nodes[, uniforms][, q]); the reply is (read, kept, y, bonus, path). Alone, ``run``
+    serves it (``drive``); a batch judges its greedy rows together (``judge_rows``)."""
+
+    verifier: Verifier
+    shape: Shape
+    after: Callable | None
+    rejection: bool
+    args: tuple
+
+    def run(self):
+        return self.verifier.function(self.shape, self.after, self.rejection)(*self.args)
+
+    @property
+    def together(self) -> tuple | None:
+        """What rows judged together share (None: this row is judged alone): greedy rows whose logits stack (a draft
+        model's verifier and the target's rows are judged apart), verified by the rule ``judge_rows`` runs (a
+        subclass with its own ``verify``, a lossy one under test, judges its rows alone)."""
+        if self.verifier.sampling is not None or type(self.verifier).verify is not Verifier.verify:
+            return None
+        logits = self.args[0]
+        return logits.shape[-1], logits.dtype, logits.device
+
+
+# the fewest greedy rows judged together on the CPU. Right after a forward every kind of op runs cold there (~10-50
+# us: hardware-aware/cold_ops.py) and the batch's function runs more kinds than a row's own (the padding, the tables'
+# gathers), so it pays from ~8 rows on: the verifications of a HumanEval batch step took 0.36 ms row by row against
+# 0.46 together at B = 4, 1.00 against 0.81 at B = 16 (batch-scaling/verify_rows.py). A GPU's ops are launches, as
+# many per row as the function has: there two rows are judged together
+TOGETHER_CPU = 8
+
+
+def judge_rows(checks: list[Check]) -> list[tuple]:
+    """Each check's reply, a batch's greedy rows judged together: their logits and proposals padded to the step's
+    largest shape, one argmax, one verdict and one read tensor for all of them instead of a dozen small ops per row
+    (a hook runs once per group of rows that share it). A batch's rows run eagerly (``batch.RowEngine.graphs``);
+    sampled rows are judged one by one."""
+    groups: dict[tuple | None, list[int]] = {}
+    for i, check in enumerate(checks):
+        groups.setdefault(check.together, []).append(i)
+    out: list = [None] * len(checks)
+    for key, rows in groups.items():
+        if key is None or len(rows) < (TOGETHER_CPU if key[2].type == "cpu" else 2):
+            for i in rows:
+                out[i] = checks[i].run()
+            continue
+        hooks: dict = {}  # the rows that share a hook and a shape, consecutive: each hook's rows are one slice
+        for i in rows:
+            hooks.setdefault((checks[i].after, checks[i].shape), []).append(i)
+        order = [i for same in hooks.values() for i in same]
+        # one copy of the rows' logits (on a GPU with a large vocabulary the only cost that grows with the batch)
+        logits = pad_sequence([checks[i].args[0] for i in order], batch_first=True)
+        y = greedy(logits.flatten(0, 1)).view(logits.shape[:2])
+        nodes = pad_sequence([checks[i].args[1] for i in order], batch_first=True, padding_value=-1)
+        rules = rules_of([checks[i].shape for i in order])
+        verdicts = accept(rules, picks_at(rules, y), nodes)
+        replies = finish_rows([(after, shape, len(same)) for (after, shape), same in hooks.items()], logits, y,
+                              *verdicts)
+        for i, reply in zip(order, replies):
+            out[i] = reply
+    return out
