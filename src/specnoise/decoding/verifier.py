@@ -393,8 +393,8 @@ class Verifier:
 
 # ------------------------------------------------------------------------------------------ B rows at once
 # A batch's greedy rows judged together (``judge_rows``): their shapes padded to the largest of the step, every
-# function below takes B rows on a leading dimension. The rule is ``Verifier.verify``'s, op for op (a row alone keeps
-# its own unbatched ops: ``Verifier.finish``).
+# function below takes B rows on a leading dimension. The rule is ``Verifier.verify``'s (a row alone keeps its own
+# unbatched ops, ``Verifier.finish``; test_rows_judged_together_equal_each_judged_alone holds the two equal).
 
 class Rules(NamedTuple):
     """Tree tables with a leading row dimension: one shape's (1 row, broadcast to every row judged by it,
@@ -429,8 +429,8 @@ def picks_at(rules: Rules, y: torch.Tensor) -> torch.Tensor:
 
 
 def accept(rules: Rules, picks: torch.Tensor, nodes: torch.Tensor):
-    """B rows' verdicts from the target's token at each tree input, ``picks`` [B, N + 1] (argmax or draws), and the
-    proposed ``nodes`` [B, N]. Returns (right [B, N], best [B], a [B], path [B, span], block [B, span])."""
+    """B rows' verdicts from the target's token at each tree input, ``picks`` [B, N + 1], and the proposed ``nodes``
+    [B, N]. Returns (right [B, N], best [B], a [B], path [B, span], block [B, span])."""
     if rules.chain:  # chains and roots alone: the matching prefix, in the chain's few ops (as ``Verifier.verify``)
         right = nodes == picks[:, :-1]
         a = right.long().cumprod(1).sum(1)
