@@ -29,9 +29,9 @@ NEW_TOKENS = 40
 LENGTHS = (1, 9, 24)
 
 
-def batch_prompts(seed: int = 2) -> list[list[int]]:
+def batch_prompts(seed: int = 2, lengths=LENGTHS) -> list[list[int]]:
     gen = random.Random(seed)
-    return [[gen.randrange(3, VOCAB) for _ in range(n)] for n in LENGTHS]
+    return [[gen.randrange(3, VOCAB) for _ in range(n)] for n in lengths]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,7 @@ def test_rows_judged_together_equal_ar_alone(name, static, target, draft, monkey
     tokens, equal AR alone, and the batch did judge its rows together."""
     from specnoise.decoding import verifier
 
-    gen = random.Random(5)
-    ps = [[gen.randrange(3, VOCAB) for _ in range(n)] for n in (1, 3, 5, 9, 12, 17, 20, 24)]
+    ps = batch_prompts(5, (1, 3, 5, 9, 12, 17, 20, 24))
     assert len(ps) >= verifier.TOGETHER_CPU
     judged, accept = [], verifier.accept
     monkeypatch.setattr(verifier, "accept", lambda rules, picks, nodes: judged.append(len(picks)) or

@@ -73,10 +73,15 @@ def main(names: list[str], rows: int, repeats: int) -> None:
     base.lockstep = lockstep
 
 
-if __name__ == "__main__":
+def cli(main, decoders: str) -> None:
+    """This folder's timers' command line: ``main(decoder names, batch size, repeats)``."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--decoders", default="ar,pld,tr_jacobi")
+    parser.add_argument("--decoders", default=decoders)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     main(args.decoders.split(","), args.batch, args.repeats)
+
+
+if __name__ == "__main__":
+    cli(main, "ar,pld,tr_jacobi")

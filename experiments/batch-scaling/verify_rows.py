@@ -12,11 +12,10 @@ Usage: python experiments/batch-scaling/verify_rows.py [--decoders ar,pld,tr_jac
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
-from row_host import humaneval_batch  # (run as a script: its folder is on the path)
+from row_host import cli, humaneval_batch  # (run as a script: its folder is on the path)
 
 from specnoise.config import DECODER_SCHEMAS
 from specnoise.decoding import base, batch
@@ -56,9 +55,4 @@ def main(names: list[str], rows: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--decoders", default="ar,pld,jacobi,lookahead,tr_jacobi,token_recycling,sam,rest")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    main(args.decoders.split(","), args.batch, args.repeats)
+    cli(main, "ar,pld,jacobi,lookahead,tr_jacobi,token_recycling,sam,rest")
