@@ -19,11 +19,12 @@ import pytest
 from conftest import prompts
 from helpers_decoding import CYCLE, PROMPT, SAMPLES, TV_MAX, V, ar, cycle_successor, map_model, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ConfigError
-from specnoise.decoding import auto, calibration
-from specnoise.decoding.auto import CHAIN, EXPLORE, TREE, Batched, Controller, Curve, Nodes, Plan, chain_parents
+from specnoise.decoding import auto, calibration, cost
+from specnoise.decoding.auto import EXPLORE, Controller, Nodes, chain_parents
 from specnoise.decoding.base import LONG_CONTEXT, build_decoder, decoder_class, largest_probe
-from specnoise.decoding.cost import interpolate
+from specnoise.decoding.cost import CHAIN, TREE, Curve, interpolate
 from specnoise.decoding.kv import DynamicEngine
+from specnoise.decoding.plan import Batched, Plan
 from specnoise.decoding.static_kv import StaticEngine
 
 DRAFTERS = ["jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam", "rest", "speculative", "ouroboros"]
@@ -743,7 +744,7 @@ def test_the_curve_is_measured_once_then_read_from_its_cache(target, tmp_path, m
     def no_probe(*args, **kwargs):
         raise AssertionError("a cached curve must not be probed again")
 
-    monkeypatch.setattr(auto, "measure_forward_costs", no_probe)
+    monkeypatch.setattr(cost, "measure_forward_costs", no_probe)
     again = Curve(kv, context=20, largest=6, cache_dir=str(tmp_path))
     assert again.cached and again.times == first.times and again(3, TREE) == first(3, TREE)
     assert again.describe()["cache_file"] == str(first.path)
@@ -766,16 +767,16 @@ def test_a_one_token_forward_probed_dearer_than_two_tokens_is_timed_again(target
         got = {(q, c): 5.0 if q == 1 and c and noise else 1.0 + 0.1 * q for q in qs for c in kinds}
         return got if isinstance(causal, tuple) else {q: t for (q, _), t in got.items()}
 
-    monkeypatch.setattr(auto, "measure_forward_costs", probe)
+    monkeypatch.setattr(cost, "measure_forward_costs", probe)
     kv = DynamicEngine(target.model)
     # (the grid's probe noisy, then n of the one-token probes again): timed again until plausible, RETIME at most
-    for n, retimed, t1 in ((0, 1, 1.1), (1, 2, 1.1), (9, auto.RETIME, 5.0)):
+    for n, retimed, t1 in ((0, 1, 1.1), (1, 2, 1.1), (9, cost.RETIME, 5.0)):
         calls.clear()
         noisy[0] = 1 + n
         curve = Curve(kv, context=20, largest=4, cache_dir=None)
         assert calls.count(((1,), True)) == retimed and curve.times[CHAIN][1] == t1
     calls.clear()
-    monkeypatch.setattr(auto, "measure_forward_costs", lambda engine, qs, causal=False, **kw: calls.append(qs) or {
+    monkeypatch.setattr(cost, "measure_forward_costs", lambda engine, qs, causal=False, **kw: calls.append(qs) or {
         (q, c): 1.0 + 0.1 * q for q in qs for c in causal})
     Curve(kv, context=20, largest=4, cache_dir=None)
     assert [1] not in calls  # (probed with the grid only)
@@ -788,9 +789,9 @@ def test_a_curve_prices_a_forward_at_its_context(target, tmp_path, monkeypatch):
     one's); both are cached. A curve over a context too close to the engine's cache to tell the two apart, and a file
     written before the short context was probed, price every context alike."""
     kv = DynamicEngine(target.model)
-    curve = Curve(kv, context=auto.NEAR_SPAN + 40, largest=10, cache_dir=str(tmp_path))
+    curve = Curve(kv, context=cost.NEAR_SPAN + 40, largest=10, cache_dir=str(tmp_path))
     far, near = curve.key["context"], curve.near_context
-    assert near == auto.NEAR_FLOOR and kv.length == 0 and kv.forwards == 0 and curve.describe()["near_context"] == near
+    assert near == cost.NEAR_FLOOR and kv.length == 0 and kv.forwards == 0 and curve.describe()["near_context"] == near
     assert sorted(curve.near[CHAIN]) == sorted(curve.near[TREE]) == [1, 2, 4, 8, 10]
     assert sorted(curve.times[TREE]) == [1, 2, 3, 4, 5, 6, 8, 10]
     for q, kind in ((1, CHAIN), (4, TREE), (6, TREE), (10, CHAIN)):
@@ -801,24 +802,24 @@ def test_a_curve_prices_a_forward_at_its_context(target, tmp_path, monkeypatch):
                               (-5, t_near), (2 * far, t_near + (2 * far - near) * slope)):
             assert curve(q, kind, context) == pytest.approx(want), (q, kind, context)
     # a draft model's curve reaches further over the short context: its catch-up over a whole prompt
-    reaching = Curve(DynamicEngine(target.model), context=auto.NEAR_SPAN + 40, largest=4, cache_dir=None, reach=150)
+    reaching = Curve(DynamicEngine(target.model), context=cost.NEAR_SPAN + 40, largest=4, cache_dir=None, reach=150)
     assert max(reaching.near[TREE]) == max(reaching.near[CHAIN]) == 150 and max(reaching.times[CHAIN]) == 4
     assert reaching(150, CHAIN, 0) == pytest.approx(reaching.near[CHAIN][150], rel=0.05)
 
     def no_probe(*args, **kwargs):
         raise AssertionError("a cached curve must not be probed again")
 
-    monkeypatch.setattr(auto, "measure_forward_costs", no_probe)
-    again = Curve(kv, context=auto.NEAR_SPAN + 40, largest=10, cache_dir=str(tmp_path))
+    monkeypatch.setattr(cost, "measure_forward_costs", no_probe)
+    again = Curve(kv, context=cost.NEAR_SPAN + 40, largest=10, cache_dir=str(tmp_path))
     assert again.near == curve.near and again(6, TREE, 30) == curve(6, TREE, 30)
     monkeypatch.undo()
     old = tmp_path / "old.json"  # a pinned curve from before: no "near" in it
     old.write_text(json.dumps({"key": curve.key, "seconds": curve.times}))
-    pinned = Curve(kv, context=auto.NEAR_SPAN + 40, largest=10, cache_dir=str(old))
+    pinned = Curve(kv, context=cost.NEAR_SPAN + 40, largest=10, cache_dir=str(old))
     assert pinned.near_context is None
     assert pinned(6, TREE, 0) == pinned(6, TREE, 4 * far) == interpolate(curve.times[TREE])(6)
     kv.forward(list(range(3, 63)), last=1)  # a cache of 60 tokens: less than NEAR_SPAN below the curve's context
-    close = Curve(kv, context=auto.NEAR_SPAN + 40, largest=4, cache_dir=None)
+    close = Curve(kv, context=cost.NEAR_SPAN + 40, largest=4, cache_dir=None)
     assert close.near_context is None and close(4, TREE, 0) == close(4, TREE)
 
 
@@ -836,7 +837,7 @@ def test_a_pinned_curve_is_created_once_then_only_read(target, tmp_path, monkeyp
     def no_probe(*args, **kwargs):
         raise AssertionError("a pinned curve must not be probed")
 
-    monkeypatch.setattr(auto, "measure_forward_costs", no_probe)
+    monkeypatch.setattr(cost, "measure_forward_costs", no_probe)
     again = Curve(kv, context=60, largest=18, cache_dir=str(pinned))  # another context, a size it lacks
     again.ensure(kv, 24)
     assert again.pinned and pinned.read_text() == saved and sorted(again.times[CHAIN]) == [1, 2, 3, 4, 5, 6]
@@ -883,7 +884,7 @@ def test_a_real_run_probes_its_curve_on_the_first_generation(target, draft, tmp_
     # over a long context (capped where the model's context leaves no room for its largest probe) and the empty cache
     want = min(max(len(prompt) + 6, LONG_CONTEXT), decoder.target.max_length - largest_probe(decoder.target) - 1)
     assert meta["cache_file"].startswith(str(tmp_path)) and meta["context"] == want
-    assert meta["near_context"] == (auto.NEAR_FLOOR if want >= auto.NEAR_FLOOR + auto.NEAR_SPAN else None)
+    assert meta["near_context"] == (cost.NEAR_FLOOR if want >= cost.NEAR_FLOOR + cost.NEAR_SPAN else None)
     assert meta["chain_ratio"][1] == 1.0 and "pld" in meta["streams"]
 
 
@@ -985,7 +986,7 @@ def test_a_mixed_groups_bound_is_its_priced_ar_time_over_its_priced_time(family,
     context = 80
     grid = {str(q): 0.001 * (1 + 0.05 * q) for q in (1, 2, 4, 8, 16)}
     pinned = tmp_path / "curve.json"
-    pinned.write_text(json.dumps({"key": auto.machine_key(decoders["ar"].target, context),
+    pinned.write_text(json.dumps({"key": cost.machine_key(decoders["ar"].target, context),
                                   "seconds": {CHAIN: {q: 2 * t for q, t in grid.items()},
                                               TREE: {q: 2 * t for q, t in grid.items()}},
                                   "near": {"context": 16, "seconds": {CHAIN: grid, TREE: grid}}}))
@@ -1057,8 +1058,7 @@ def test_the_curve_prices_a_runs_forwards_within_15_percent(name, tmp_path):
 
     from specnoise.bench.bound import price
     from specnoise.config import ASSETS_DIR, ModelConfig
-    from specnoise.decoding.auto import REPEATS, WARMUP
-    from specnoise.decoding.cost import measure_forward_costs
+    from specnoise.decoding.cost import REPEATS, WARMUP, measure_forward_costs
     from specnoise.models import load_model
 
     path = ASSETS_DIR / "models" / "small-code-msn"

@@ -16,7 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from specnoise.decoding import auto
-from specnoise.decoding.auto import CHAIN, TREE, Controller, interpolate
+from specnoise.decoding.auto import Controller
+from specnoise.decoding.cost import CHAIN, TREE, interpolate
 from specnoise.decoding.tr_jacobi import AUTO_TEMPLATE, build_tree
 
 CURVE = Path(__file__).parents[1] / "gpu/h100/checks/cost_cache/forward-cost-f4d32e83566aaa1a.json"

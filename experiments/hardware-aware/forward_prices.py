@@ -4,7 +4,7 @@ size: where the curve (a tight loop of one kind of forward) and the run part.
 On the shipped small-code-msn (fp32, one thread), the first 10 HumanEval prompts, 128 new tokens, each decoder after
 a warm-up generation, the decoders in turn on each prompt in one process; every target forward but each generation's
 prefill, grouped by kind (a causal chain, or a tree / window with a 4D mask) and size band: its engine's per-forward
-clock (``Clock.laps``) summed over the curve's price of it at its size, kind and context (``auto.Curve``, from
+clock (``Clock.laps``) summed over the curve's price of it at its size, kind and context (``cost.Curve``, from
 ``--cost-cache``), and the count.
 Usage: python experiments/hardware-aware/forward_prices.py [decoder[+auto] ...] [--cost-cache DIR]
 """
@@ -19,8 +19,8 @@ import torch
 from specnoise.bench.datasets import dialogue_text, load_samples
 from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, BenchmarkConfig, ModelConfig
 from specnoise.data.templates import encode_prompt
-from specnoise.decoding.auto import CHAIN, TREE, Curve
 from specnoise.decoding.base import LONG_CONTEXT, build_decoder, largest_probe
+from specnoise.decoding.cost import CHAIN, TREE, Curve
 from specnoise.models import load_model
 
 DECODERS = ["ar", "pld+auto", "tr_jacobi+auto", "token_recycling+auto", "sam+auto", "rest+auto", "tr_jacobi"]

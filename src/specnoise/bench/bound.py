@@ -5,7 +5,7 @@ times faster than AR's, t_step being what its target forwards cost here. Both co
 logs each forward it runs (``Engine.forward_log``: the tokens the model was fed, whether with a mask, i.e. a tree /
 window rather than a plain causal chain, and how many tokens its cache held), a generation hands its log over
 (``DecodeOutput.forward_log``), and the bound prices the very forwards of the generations whose tokens give the row's
-MAT (each prompt's first repeat) by the forward-cost curve of their kind at their own context (``decoding/auto.py``'s
+MAT (each prompt's first repeat) by the forward-cost curve of their kind at their own context (``decoding/cost.py``'s
 ``Curve``, timed on AR's engine at the run's threads and dtype over 16 cached tokens and one of the prompts' typical
 length, cached per machine + model + settings under ``decoder.cost_cache``); t_step is their mean, a prefill counted as
 the one-token forward AR's first step decodes from, and t(1) AR's mean step over the same tokens: each generation's n
@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from specnoise.decoding.auto import Curve, context, price
+from specnoise.decoding.cost import Curve, context, price
 
 # (tokens the model was fed, with a mask, tokens cached before it) per forward: ``Engine.forward_log`` (a log kept
-# before the context was logged has pairs: priced at the curve's own context; auto.py ``price``)
+# before the context was logged has pairs: priced at the curve's own context; cost.py ``price``)
 Fed = list[tuple]
 
 

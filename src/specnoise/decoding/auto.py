@@ -1,17 +1,5 @@
-"""Hardware-aware drafting (``decoder.auto=true``): what the decoder's forwards cost here, and one controller that sizes
-every step's proposal from it.
-
-The cost curve. A verify step is one target forward of q tokens; what it costs depends on the machine, the engine, the
-threads, the dtype, the context length, and on the *kind* of forward: a chain is fed as a plain causal block (SDPA's
-causal fast path), a tree with positions and a 4D mask. ``Curve`` times both kinds on the decoder's own engine at the
-run's settings, over a long context (the first prompt plus half the budget, at least 1,024 tokens), on a grid of sizes,
-and interpolates in between; and again over a short context (16 tokens, just above the empty cache a run starts from)
-on a sparser grid, so a forward is priced at its own context, linearly between the two and extended beyond. On the
-2-core CPU the shipped small-code-msn's 64-token tree costs 19 ms after 16 cached tokens and 35 ms after 1,264, a
-one-token forward 6.8 and 7.9 ms: priced at one context, Spec-Bench's short prompts' trees looked 1.3-1.5x dearer
-than they ran and a draft model's catch-up from an empty cache 1.8x dearer. The timings are cached in a small JSON
-file per machine + model + settings (``decoder.cost_cache``, default ``outputs/cost_cache``), so a run pays the probe
-once and a second run reuses it.
+"""Hardware-aware drafting (``decoder.auto=true``): one controller that sizes every step's proposal from what this
+machine's forwards cost (the curve t(q) of decoding/cost.py, ``Curve``) and what the drafter's candidates were worth.
 
 The controller. Every drafter lists its candidates as a tree (parents first; a chain is a tree) and asks which to
 propose: ``Drafter.cut(n)`` for a prefix of its own order (a chain by depth, REST's trie by frequency, Lookahead's
@@ -52,19 +40,8 @@ except where an exploration costs more than ``DEAR`` AR steps (a 16-row batch's 
 candidate pays back. A drafter whose candidates cost host work to find (REST's corpus lookup) asks first whether the
 step could draft at all (``Controller.idle``) and skips the work where it could not.
 
-A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
-controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
-forward, t_B(q) / B, from a curve of its own probed on that forward: B rows of q tokens, each row over its own cache,
-with the batch's 4D mask (``Curve`` with ``rows``), over the batch-1 curve's contexts or, for a batch whose longest
-prompt plus budget reaches past them, a longer one (``Decoder.start_auto_rows``). One forward of B x q tokens is no
-stand-in for it: on the 2-core CPU a batch of 4 rows of 8 tokens costs 1.6x a 32-token forward (16 rows of 4: 2.2x a
-64-token one), and priced that way PLD with auto at B = 4 verified 9-10 drafts per row, as many as its faithful
-setting. An AR step is cheaper per
-row in a batch (t_B(1) / B), so drafting must beat batched AR, not AR at batch 1. The batch pays for its largest
-block, so its rows verify one size per step, whatever stream their candidates come from, and explore at the same
-steps (``Plan``): the size that saves the batch the most time per second it costs, where a step costs a fixed part and
-a part per live row (``Batched.split``) and the batch runs until its last rows are done. Every row's attention spans
-the batch's longest row (one rectangular cache), so a row prices its step at that context (``Engine.attended``).
+A cost function is all the controller takes. In a lock-step batch each row slot has its own controller, pricing its
+share of the batched forward, and the rows verify one size per step chosen for the whole batch (decoding/plan.py).
 
 On an engine that replays CUDA graphs (the compiled static engine) a step is short (0.66 ms for the shipped model on
 an H100) and every new step shape is a recording, so there the controller keeps a template's pick unless a new one
@@ -77,41 +54,16 @@ so its curve prices the bucket (``Curve.padded``). CPU engines rank every step a
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import logging
 import math
-import os
-import platform
-import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from itertools import accumulate
-from pathlib import Path
 
-import torch
-
-from specnoise.decoding.cost import interpolate, measure_forward_costs
+from specnoise.decoding.cost import CHAIN, TREE
 
 log = logging.getLogger("specnoise")
 
-CHAIN, TREE = "chain", "tree"  # a causal block without a mask; a block with positions and a 4D mask
-GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128)
-# the sizes probed over the short context too: what a longer context adds to a forward grows smoothly with q
-NEAR_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
-# ... and, up to a curve's ``reach`` (a draft model's catch-up, a prompt's prefill in the cost bound), these longer
-# ones, so that a prompt between 128 tokens and the reach is priced from sizes near its own, not on one line between
-REACH_GRID = (256, 512, 1024, 2048, 4096, 8192)
-# a curve gets a context dimension only where its context is this much longer than the short one: below it the two
-# probes' difference is timing noise
-NEAR_SPAN = 128
-# the short context sits this many tokens above the cache the probe starts from (an empty one in a run): over an empty
-# cache a block of q > 1 tokens takes the attention's maskless causal path, which no forward of a run after its
-# prefill does. Probed there, t(2) / t(1) came out 1.05-1.31 (mean 1.17) on the CPU against 1.19-1.33 (mean 1.25)
-# over 16 cached tokens (small-code-msn, 8 probes each), and a curve probed at 1.05 made Jacobi with decoder.auto
-# verify a draft at nearly every step where AR steps paid (15% slower than AR over three prompts)
-NEAR_FLOOR = 16
 # the controller prices a step at its context rounded down to a multiple of this: a step prices every candidate
 # size, so the prices are computed once per CONTEXT_STEP tokens of text rather than at every step
 CONTEXT_STEP = 32
@@ -127,8 +79,6 @@ EXPLORE_MAX = 128  # ... every EXPLORE_MAX-th at the least often, while the best
 # (16 explorations over HumanEval-10 x 3)
 EXPLORE_SHARE = 0.01
 DEAR = 2.0  # an exploration dearer than this many AR steps backs off, whatever the drafter (``Controller.choose``)
-REPEATS, WARMUP = 9, 2  # per probed size and kind: the fastest of REPEATS timings after WARMUP
-RETIME = 3  # a one-token forward probed dearer than a two-token one is timed again up to this many times
 # on an engine that records each step shape as a CUDA graph: how much better (in expected tokens per second) a new
 # template pick must be than the last one to replace it. Without it TR-Jacobi made 41 distinct picks over 8
 # HumanEval prompts on an H100, each new one built its tables and recorded its verify graph inside the timed region
@@ -149,433 +99,7 @@ RERANK_MAX = 32
 # steps. Observing a 68-node pick at every step was ~40% of the controller's host time per step there
 OBSERVE_KEPT = 4
 ALL = 1 << 30  # a kept prefix of every candidate, however many the next steps have (``Controller.kept_pick``)
-# in a lock-step batch, the rows within this many tokens of the most still to come are the batch's last to finish
-# (``Plan.best``): their steps are the batch's steps
-LAST_LAG = 2
 
-
-# ---------------------------------------------------------------------------------------------- the cost curve
-def machine_key(engine, context: int) -> dict:
-    """What a forward's cost depends on, besides q and its kind: the run's machine, model and settings."""
-    model = engine.model
-    return {
-        "host": platform.node(), "machine": platform.machine(), "processor": platform.processor(),
-        "cpus": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "device": str(engine.device), "dtype": str(engine.dtype).removeprefix("torch."),
-        "model": getattr(model.config, "_name_or_path", "") or model.config.model_type,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
-        "engine": type(engine).__name__, "compiled": bool(getattr(engine, "compiled", False)), "context": context,
-        "near_floor": NEAR_FLOOR,  # (curves cached before it was there were probed over an empty cache: probed anew)
-        "order": "zigzag",  # (curves cached before were probed in ascending rounds, t(1) too dear: probed anew)
-    }
-
-
-def pinned_file(path: Path, key: dict) -> Path:
-    """A pinned curve file belongs to the model it was probed on: another model (a draft beside its target) is
-    priced by a file of its own beside it, ``<stem>.<model>-<parameters>.json``, pinned alike (so a draft model's
-    forwards are never priced by its target's curve). A batch's curve (``rows``) is ``<stem>.rows<B>.json``."""
-    if key.get("rows", 1) > 1:
-        path = path.with_name(f"{path.stem}.rows{key['rows']}.json")
-    if not path.exists():
-        return path
-    saved = json.loads(path.read_text())["key"]
-    if (saved.get("parameters"), Path(saved.get("model", "")).name) == (key["parameters"], Path(key["model"]).name):
-        return path
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(key["model"]).name) or "model"
-    return path.with_name(f"{path.stem}.{name}-{key['parameters']}.json")
-
-
-class Curve:
-    """t(q, kind, context) in seconds on ``engine``: measured for the sizes a run needs (at least up to ``largest``)
-    over a cache of ``context`` tokens (the engine's own cache, topped up with random tokens) and, where the engine's
-    cache is short enough, over a cache ``NEAR_FLOOR`` tokens longer than it too (``near``); read from / written to
-    ``cache_dir`` when given (a path ending in .json: that one file, whatever the machine and settings, so a committed
-    curve makes a run's choices reproducible anywhere; one written before the short context was probed prices every
-    context alike). The probe leaves the engine as it found it. ``rows`` > 1: the lock-step batch's forward of that
-    many rows, each over a cache of the context, probed on a batched cache of the engine's model (``Batched``)."""
-
-    def __init__(self, engine, context: int, largest: int, cache_dir: str | None, reach: int = 0, rows: int = 1):
-        context = min(context, engine.max_length - largest - 1)
-        # the longest forward probed over the short context: a draft model's catch-up feeds a whole prompt from an
-        # empty cache, which a linear extension past ``largest`` priced at 0.7x (small-code-draft, 1,200 tokens)
-        self.reach = reach
-        # rows > 1: the lock-step batch's forward of that many rows, q tokens each (batch.py), a curve of its own
-        self.rows = rows
-        self.key = machine_key(engine, max(context, 0)) | ({"rows": rows} if rows > 1 else {})
-        digest = hashlib.sha1(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:16]
-        self.path = Path(cache_dir) / f"forward-cost-{digest}.json" if cache_dir else None
-        if cache_dir and cache_dir.endswith(".json"):  # a pinned curve: this file whatever the machine (reproducible)
-            self.path = pinned_file(Path(cache_dir), self.key)
-        self.times: dict[str, dict[int, float]] = {CHAIN: {}, TREE: {}}
-        self.near: dict[str, dict[int, float]] = {CHAIN: {}, TREE: {}}  # over ``near_context`` cached tokens
-        self.near_context: int | None = None
-        if self.path is not None and self.path.exists():
-            saved = json.loads(self.path.read_text())
-            self.times = {kind: {int(q): t for q, t in saved["seconds"][kind].items()} for kind in (CHAIN, TREE)}
-            if "near" in saved:
-                self.near_context = saved["near"]["context"]
-                self.near = {kind: {int(q): t for q, t in saved["near"]["seconds"][kind].items()}
-                             for kind in (CHAIN, TREE)}
-        self.cached = bool(self.times[CHAIN])
-        self.version = 0
-        # a static engine pads a block to its bucket (static_kv.py): a forward of q tokens costs t(bucket >= q), a
-        # step function that interpolating between probed sizes misses (on a GPU's CUDA graphs t is flat up to the
-        # largest bucket, then an eager forward costs several times more)
-        self.buckets: tuple[int, ...] = tuple(sorted(getattr(engine, "buckets", ()) or ()))
-        # a pinned curve that exists is read, never probed or written: a size it lacks is interpolated (beyond its
-        # largest, extended linearly), so every run prices every size alike (a probe would time this machine, and
-        # writing it back would change the next run's prices)
-        self.pinned = bool(cache_dir and cache_dir.endswith(".json") and self.cached)
-        self.ensure(engine, largest)
-
-    def ensure(self, engine, largest: int, reach: int = 0) -> None:
-        """Probe the grid sizes up to ``largest`` that are not measured yet (both kinds, both contexts; over the short
-        one up to ``reach`` too, where longer), and save; nothing for a pinned curve."""
-        self.reach = max(self.reach, reach)
-        if self.pinned:
-            return
-        # no larger than fits after the curve's context, or after the engine's cache where that is longer (the probe
-        # goes after it; sizes beyond are extended linearly): the bound probes a draft engine that still holds a
-        # 1,329-token generation for its 1,292-token catch-up
-        context = self.key["context"]
-        largest = min(largest, engine.max_length - max(context, engine.length) - 1)
-        qs = [q for q in GRID if q <= largest] + ([largest] if largest not in GRID else [])
-        qs += [b for b in self.buckets if b <= largest] + [b for b in self.buckets if b >= largest][:1]
-        todo = sorted({q for q in qs if q not in self.times[CHAIN]} | {1, 2})
-        todo = [q for q in todo if q not in self.times[CHAIN] or q not in self.times[TREE]]
-        # the short context: a little above the engine's own cache (NEAR_FLOOR), where that is much shorter than the
-        # curve's context (a run probes before its first generation, from an empty cache); once chosen, probed again
-        # only over a cache as short
-        near = self.near_context
-        if near is None and engine.length + NEAR_FLOOR + NEAR_SPAN <= context:
-            near = engine.length + NEAR_FLOOR
-        near_todo: list[int] = []
-        if near is not None and engine.length <= near:
-            wide = {1, 2, max(qs), *(q for q in qs if q in NEAR_GRID or q in self.buckets)}
-            if self.reach > max(qs):
-                top = min(self.reach, engine.max_length - near - 1)
-                wide |= {q for q in NEAR_GRID + REACH_GRID if max(qs) < q < top} | {top}
-            near_todo = sorted(q for q in wide if q not in self.near[CHAIN] or q not in self.near[TREE])
-        if not todo and not near_todo:
-            return
-        # on the CPU the process's CPU time: what a forward costs, which other jobs on the machine do not inflate
-        # (they do inflate wall time, the more the longer the forward); on a GPU wall time, synchronised
-        clock = time.process_time if engine.device.type == "cpu" else time.perf_counter
-        saved = list(engine.clock.host), list(engine.clock.events)  # the probe leaves the engine as found
-        for times, sizes, cache_len in ((self.times, todo, context), (self.near, near_todo, near)):
-            if not sizes:
-                continue
-            if self.rows > 1:  # a batch's forward always has the 4D mask: there a chain costs what a tree does
-                times[TREE].update(measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS,
-                                                         warmup=WARMUP, reduce=min, clock=clock, rows=self.rows))
-            else:  # both kinds in turn at every size of every round (``measure_forward_times``)
-                got = measure_forward_costs(engine, sizes, cache_len=cache_len, repeats=REPEATS, warmup=WARMUP,
-                                            reduce=min, causal=(True, False), clock=clock)
-                for (q, causal), t in got.items():
-                    times[CHAIN if causal else TREE][q] = t
-            self.retime_one(engine, times, cache_len, clock)  # (probed just now: the cache is still short enough)
-        if self.rows > 1:
-            self.times[CHAIN], self.near[CHAIN] = dict(self.times[TREE]), dict(self.near[TREE])
-        if near_todo:
-            self.near_context = near
-        self.version += 1  # prices derived from the old fit are stale (Controller.price_list)
-        engine.clock.host, engine.clock.events = saved
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            record = {"key": self.key, "seconds": self.times}
-            if self.near_context is not None:
-                record["near"] = {"context": self.near_context, "seconds": self.near}
-            tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-            tmp.replace(self.path)  # atomic: a reader never sees half a file
-        self.fits = None
-
-    def retime_one(self, engine, times: dict[str, dict[int, float]], cache_len: int | None, clock) -> None:
-        """A one-token forward probed dearer than a two-token one (no forward costs less for more tokens) is the
-        probe's noise: timed again, up to ``RETIME`` times, the cheaper kept. A HumanEval-10 job's curve gave t(1)
-        1.34x what the next probe of the same key did, its trees t(2) / t(1) = 0.91, and the tree drafters with auto
-        verified 9-10-node trees at every step (their bound, from that curve, 1.30-1.64x AR; measured 1.00-1.23x)."""
-        kind = TREE if self.rows > 1 else CHAIN  # (a batch's forward is probed with its mask only)
-        for _ in range(RETIME):
-            one, two = times[kind].get(1), min((times[k][2] for k in (CHAIN, TREE) if 2 in times[k]), default=None)
-            if one is None or two is None or one <= two:
-                return
-            again = measure_forward_costs(engine, [1], cache_len=cache_len, repeats=REPEATS, warmup=WARMUP,
-                                          reduce=min, causal=kind == CHAIN, clock=clock, rows=self.rows)[1]
-            times[kind][1] = min(one, again)
-
-    def __call__(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
-        # remembered per call as well (a drafter pricing its own steps, Lookahead's window, asks at every step)
-        called = self.called if getattr(self, "fits", None) is not None else None
-        got = None if called is None else called.get((q, kind, context))
-        if got is None:
-            got = self.fit(self.padded(q), kind, context)
-            self.called[q, kind, context] = got
-        return got
-
-    def padded(self, q: float) -> float:
-        """The block a forward of q new tokens runs: a static engine's bucket for q, where q fits one."""
-        return next(b for b in self.buckets if b >= q) if self.buckets and q <= self.buckets[-1] else q
-
-    def fit(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
-        """t(q) from the probed sizes, for a block of q tokens as it runs (``padded``) after ``context`` cached
-        tokens: linear in the context from the short one's price to the curve's own (a longer one: extended; a shorter
-        one: the short one's price; None: the curve's own context)."""
-        if getattr(self, "fits", None) is None:
-            self.fits = {k: interpolate(v) for k, v in self.times.items()}
-            self.near_fits = {k: interpolate(v) for k, v in self.near.items() if v}
-            self.priced: dict[tuple[float, str], tuple[float, float]] = {}
-            self.called: dict[tuple[float, str, float | None], float] = {}  # (``__call__``)
-        # remembered: the controller prices every candidate size at every step, a fit walks the grid
-        key = (q, CHAIN if q <= 1 else kind)
-        got = self.priced.get(key)
-        if got is None:
-            far = self.fits[key[1]](q)
-            if key[1] in self.near_fits and self.key["context"] > self.near_context:
-                # from the short context's price, which probes the longest forward from there (a draft model's
-                # catch-up over a prompt); a noisy probe that timed the short context dearer: no slope
-                near = self.near_fits[key[1]](q)
-                got = near, max(0.0, (far - near) / (self.key["context"] - self.near_context))
-            else:
-                got = far, 0.0
-            self.priced[key] = got
-        t, slope = got
-        if not slope:
-            return t
-        return t + (max(self.key["context"] if context is None else context, self.near_context)
-                    - self.near_context) * slope
-
-    def ratios(self, kind: str) -> dict[int, float]:
-        """t(q) / t(1) at the measured sizes (results.json meta)."""
-        return {q: round(t / self.times[CHAIN][1], 3) for q, t in sorted(self.times[kind].items())}
-
-    def describe(self) -> dict:
-        near = self.near[CHAIN].get(1)
-        return {"cache_file": str(self.path) if self.path else None, "from_cache": self.cached,
-                "context": self.key["context"], "threads": self.key["threads"], "engine": self.key["engine"],
-                "t1_ms": round(self.times[CHAIN][1] * 1e3, 3),
-                "near_context": self.near_context, "near_t1_ms": None if near is None else round(near * 1e3, 3),
-                "chain_ratio": self.ratios(CHAIN), "tree_ratio": self.ratios(TREE), "rows": self.rows}
-
-
-def context(forward: tuple) -> int | None:
-    """The tokens cached before a logged forward (``Engine.forward_log``: tokens fed, with a mask, tokens cached
-    before it; a log kept before the context was logged has pairs: None, the curve's own context)."""
-    return forward[2] if len(forward) > 2 else None
-
-
-def price(forwards: Iterable[tuple], curve) -> float:
-    """Seconds ``curve`` gives these logged forwards, each of its kind at its context: the cost bound's
-    (bench/bound.py), the draft scale's and a timed step's (calibration.py)."""
-    return sum(curve(f[0], TREE if f[1] else CHAIN, context(f)) for f in forwards)
-
-
-class Batched:
-    """A row's share of a lock-step forward over ``rows`` rows, q tokens each: ``curve`` (a ``Curve`` probed on that
-    forward, ``Curve.rows`` = rows) over rows. The batch pays for its largest block (pads fill the others), so this is
-    exact for rows proposing alike and optimistic for a row proposing more than its neighbours."""
-
-    def __init__(self, curve: Curve, rows: int, single: Curve | None = None):
-        if isinstance(curve, Curve) and curve.rows != rows:
-            raise ValueError(f"a batch of {rows} rows is priced by a curve of {rows} rows, not {curve.rows}")
-        self.curve, self.rows = curve, rows
-        self.single = single  # the batch-1 curve of the same model (``split``); None: every cost is per row
-        self.splits: dict[tuple, tuple[list[float], list[float]]] = {}  # (``split_list``)
-
-    def __call__(self, q: float, kind: str = CHAIN, context: float | None = None) -> float:
-        curve = self.curve
-        if not isinstance(curve, Curve):  # (tests price with plain functions of the tokens fed: rows x q)
-            return curve(q * self.rows, kind) / self.rows
-        # every row's block padded to the step's bucket, at this row's context (as if its neighbours' were alike)
-        return curve(q, kind, context) / self.rows
-
-    def split(self, q: float, context: float | None = None) -> tuple[float, float]:
-        """The batched forward of q tokens per row as a fixed cost and a cost per live row, (a, m) with a + rows x m =
-        t_rows(q) and a + m = t_1(q) (the batch-1 curve's masked forward: a batch's forwards carry a mask). On the
-        shipped model on the CPU an AR step of 16 rows costs 8.4 ms and of one row 4.9: a row that leaves the batch
-        saves 0.23 ms a step, not its 0.53 ms share. Without a batch-1 curve: (0, t_rows(q) / rows)."""
-        curve = self.curve
-        if not isinstance(curve, Curve):  # (tests: a plain function of the tokens fed, batch 1 included)
-            full, single = curve(q * self.rows, TREE), curve(q, TREE)
-        elif self.single is None or self.rows == 1:
-            return 0.0, curve(q, TREE, context) / self.rows
-        else:
-            full, single = curve(q, TREE, context), self.single(q, TREE, context)
-        fixed = max(0.0, (self.rows * single - full) / (self.rows - 1)) if self.rows > 1 else 0.0
-        return fixed, (full - fixed) / self.rows
-
-    def split_list(self, extra: int, n: int, context: float | None) -> tuple[list[float], list[float]]:
-        """``split`` for 0..n candidates (and ``extra`` rows) at ``context``: its fixed parts and parts per live row,
-        one pair of lists per key for every row of a batch (the rows' controllers share this object: ``Plan.best``
-        asks every row at every step, and with a list per row each of 16 rows priced up to 69 sizes again whenever
-        the batch's context moved on: 0.24 ms of Python per batched step of TR-Jacobi on the CPU, 0.08 ms shared)."""
-        key = (extra, n, self.version, context)
-        got = self.splits.get(key)
-        if got is None:
-            pairs = [self.split(1 + extra + k, context) for k in range(n + 1)]
-            got = self.splits[key] = ([a for a, _ in pairs], [m for _, m in pairs])
-        return got
-
-    @property
-    def version(self) -> int:
-        return getattr(self.curve, "version", 0)
-
-    def describe(self) -> dict:
-        return {**(self.curve.describe() if hasattr(self.curve, "describe") else {}), "batch": self.rows}
-
-
-class Plan:
-    """One proposal size for every row of a lock-step batch at each step, and one exploration schedule. The batch pays
-    for its largest block (pads fill the others' blocks, and a draft model drafts as far for every row), so rows that
-    size their steps alone waste it: at B = 4 on the CPU, priced by the batched forward, PLD with auto had rows
-    verifying 10 drafts beside rows verifying none, whose padded blocks bought nothing; and rows exploring at steps of
-    their own (their counts differ with their generations' lengths) padded a block every few steps at B = 16. Each
-    row's controller offers what its candidates would gain at every size (its ranking) and what it would spend; a
-    step's size is the one that saves the batch the most time per second it costs (``best``: the batch ends with its
-    last row) over the rows that offered at the step before (one step late: a row proposes before its neighbours
-    have ranked), and each row verifies the most of its
-    candidates it may up to it. The first step of a batch, with nothing offered yet, is an AR step (``pick``). The
-    batch explores at the steps its schedule says (``Backoff``, counted once per step, starting where the first row's
-    stood; what an exploration was worth to the whole batch: ``worth``).
-
-    One size for all of a decoder's streams: a row's block is padded to the batch's largest whichever stream its
-    candidates came from. Planned per stream, SAM's fallback trees were sized by the rows in fallback alone, which
-    priced only their own share of the padded forward: at B = 4 on 18 Spec-Bench questions its fallback rows verified
-    11-18-node trees beside matched rows' 5-8-token chains in 23 of 92 drafted steps, padding the chains."""
-
-    def __init__(self):
-        self.offers: dict[int, tuple] = {}  # row controller id -> its offer at this step
-        self.size: int | None = None  # this step's size, from the last step's offers (None: no offer yet)
-        self.schedule: Backoff | None = None  # the batch's explorations
-        self.exploring = False  # whether this step explores
-        self.entered: set[int] = set()  # the rows that started this step
-        self.paid: list[tuple] = []  # what this step's explorations were worth, per row
-        self.memo: tuple[list, int] | None = None  # the last step's offers and the size they gave
-        self.unranked = 0  # steps since the rows last ranked their candidates (``ranks``)
-
-    def enter(self, controller: Controller, own: Backoff) -> bool:
-        """``controller``'s row starts a step (its exploration schedule alone: ``own``); whether the step explores. The
-        first row to start a new step (a row that started the last one starts again) sizes it from the last step's
-        offers and counts it in the schedule."""
-        if self.schedule is None:
-            self.schedule = copy.deepcopy(own)
-        elif id(controller) not in self.entered:
-            self.entered.add(id(controller))
-            return self.exploring
-        paid, self.paid = self.paid, []
-        if paid:
-            self.schedule.result(self.worth(paid))
-        self.exploring = self.schedule.due()
-        count = self.unranked + 1
-        self.unranked = 0 if self.exploring or count >= RERANK else count
-        if self.offers:
-            self.size = self.best(self.offers.values())
-            self.offers = {}
-        self.entered = {id(controller)}
-        return self.exploring
-
-    def ranks(self) -> bool:
-        """Whether this step's rows rank their candidates anew (every ``RERANK``-th step of the batch, and its
-        explorations), or offer their last rankings again where their candidates' tree is the same (``Controller
-        .choose``). Ranked at every step where the rows draft, a 68-node template cost 16 rows ~0.3 ms of Python per
-        batched step on an H100 (h100/checks4: TR-Jacobi with auto at 1.30x faithful's time at B = 16); offered again,
-        the rows' lists are the same objects and the plan's size is not priced anew either (``best``)."""
-        return self.unranked == 0
-
-    def result(self, controller: Controller, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
-        """What a row's exploration was worth (applied once, at the next step): ``paid`` by the row's own pricing, and
-        for an AR step turned into a draft the tokens it emitted and the candidates it verified."""
-        self.paid.append((id(controller), paid, tokens, size))
-
-    def worth(self, paid: list[tuple]) -> bool:
-        """Whether the batch's last step, an exploration, paid. Where rows turned an AR step into a draft: whether the
-        batch saved more time than the step cost, priced as ``best`` prices a size (the rows that offered at the step,
-        the tokens each emitted; a row that reported none emitted one). Judged by the rows' shares of the padded
-        forward, t_B(q) / B, an exploration of PLD at B = 16 on HumanEval paid at every ``EXPLORE``-th step (its rows
-        ahead gained tokens) while ``best`` never bought that size, each costing 1.5 AR steps. Else (a non-empty
-        size, all rows alike) whether it paid for any row."""
-        drafts = {row: (tokens, size) for row, _, tokens, size in paid if size}
-        offers = self.offers
-        if not drafts or not offers:
-            return any(p for _, p, *_ in paid)
-        largest = max(size for _, size in drafts.values())
-        tokens = [[1.0] * largest + [drafts.get(row, (1.0, 0))[0]] for row in offers]
-        offers = list(offers.values())
-        return self.rates(offers, tokens, largest, *self.terms(offers, largest))[largest] > 1.0
-
-    def pick(self, controller: Controller, stream: str, gains: list[float], kind: str, extra: int) -> int:
-        """Record ``controller``'s offer (``gains[k]``: expected tokens verifying its first k candidates of ``stream``,
-        priced by its own ``spend``) and return this step's size: 0 (an AR step) on the batch's first step, before
-        any row offered. Each row's own pick there, priced by its share of the padded forward, made PLD's rows at
-        B = 16 verify 7-token blocks at the first step, 2.9x an AR step."""
-        self.offers[id(controller)] = (controller, stream, gains, kind, extra)
-        return self.size or 0
-
-    def best(self, offers) -> int:
-        """The size that saves the batch the most time per second it costs (ties: the smaller), of sizes 0 up to the
-        most candidates a row offered (a row with fewer: its block is padded, its tokens stay)."""
-        offers = list(offers)
-        largest = max(len(gains) - 1 for _, _, gains, _, _ in offers)
-        # the same offers as at the last step (the same lists: rows whose rankings did not move offer them again, and
-        # ``split_list`` keeps its prices per context step) from the same last rows, without a draft model (whose
-        # catch-up is priced per token to come): the same size, without pricing every size again. At B = 16 with a
-        # 68-node template the pricing cost 0.32 ms of Python per step, at steps that were nearly all AR steps
-        splits, lasts = self.terms(offers, largest)
-        signature = list(zip((gains for _, _, gains, _, _ in offers), splits, lasts))
-        last = self.memo
-        if (last is not None and len(last[0]) == len(signature) and not any(c.draft_cost for c, *_ in offers)
-                and all(a is x and b is y and c == z for (a, b, c), (x, y, z) in zip(last[0], signature))):
-            return last[1]
-        tokens = [gains + [gains[-1]] * (largest + 1 - len(gains)) for _, _, gains, _, _ in offers]
-        rates = self.rates(offers, tokens, largest, splits, lasts)
-        size = rates.index(max(rates))  # the first of the highest: ties to the smaller size
-        self.memo = (signature, size)
-        return size
-
-    @staticmethod
-    def terms(offers: list, largest: int) -> tuple[list[tuple[list[float], list[float]]], list[bool]]:
-        """Per row that offered: its forward's fixed part and part per live row for sizes 0..largest
-        (``Controller.split_list``), and whether it is among the last to finish (``LAST_LAG``)."""
-        top = max(controller.room for controller, *_ in offers)
-        return ([controller.split_list(extra, largest) for controller, *_, extra in offers],
-                [controller.room >= top - LAST_LAG for controller, *_ in offers])
-
-    @staticmethod
-    def rates(offers: list, tokens: list[list[float]], largest: int, splits: list, lasts: list[bool]) -> list[float]:
-        """Per size k = 0..largest, the time the batch saves per second a step of size k costs, ``tokens[r][k]`` the
-        tokens row r emits at it (1.0 at k = 0: an AR step saves what it costs, exactly; ``splits`` and ``lasts``:
-        ``terms``). A lock-step batch runs until its last row is done, and a step costs a fixed part and a part per live
-        row (``Batched.split``). A token a row gains saves the batch that row's part of a later step; the fixed part is
-        saved per token that every one of the last rows to finish gains (``LAST_LAG``: most tokens still to come,
-        ``Controller.room``), the least of their gains, as the batch's steps are its slowest last row's. A step of size
-        k costs the fixed part, each row's part of the padded block and its drafting.
-        Priced as a sum of row shares, t_B(q) / B each, drafting bought tokens for rows that finished early and then
-        left one or two rows decoding alone: TR-Jacobi with auto at B = 16 ran as many batched steps as AR on
-        HumanEval (63 against 64), their forwards 5-9% dearer; the same sum priced a tail of two live rows at 2 / 16
-        of a 16-row forward, where drafting pays as at batch 1. With the fixed part shared among the last rows (their
-        mean gain), the 16 rows of a batch's first steps, all last, bought 5-8-token blocks (2.4-3.2x an AR step) for
-        PLD on HumanEval and the batch still ran as many steps as AR: 0.92x batched AR, against 0.97x with the least
-        gain (scratch A/B, 16 prompts, 64 tokens, 3 rounds)."""
-        fixed, seconds = [], []
-        for (controller, stream, *_), got, (whole, part) in zip(offers, tokens, splits):
-            if controller.draft_cost:
-                share = controller.share(stream)
-                part = [part[0]] + [part[k] + (controller.draft_cost(stream, k) + got[k] * share)
-                                    for k in range(1, largest + 1)]
-            fixed.append(whole)
-            seconds.append(part)
-        # per size, summed over the rows in one pass (a loop over sizes x rows cost ~0.5 ms of Python per step at
-        # B = 16 with a 68-node template); the fixed part is the batch's, once (the rows' mean: their contexts differ)
-        n = len(offers)
-        fixed = [f / n for f in map(sum, zip(*fixed))]
-        cost = [f + s for f, s in zip(fixed, map(sum, zip(*seconds)))]
-        # what a token of a row saves: its part of an AR step; the fixed part is saved as far as the last rows all gain
-        own = map(sum, zip(*[[part[0] * g for g in got] for part, got in zip(seconds, tokens)]))
-        least = map(min, zip(*[got for got, is_last in zip(tokens, lasts) if is_last]))
-        rates = [(value + fixed[0] * gain) / c for value, gain, c in zip(own, least, cost)]
-        rates[0] = 1.0  # (an AR step saves what it costs: exactly, not up to rounding)
-        return rates
 
 
 # ---------------------------------------------------------------------------------------------- the controller
@@ -740,7 +264,7 @@ class Controller:
         self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.probe_cost = 0.0  # ... and what it costs whole, the draft model's catch-up included (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
-        self.plan: Plan | None = None  # in a lock-step batch: the rows' shared sizes (start_auto_rows)
+        self.plan = None  # in a lock-step batch: the rows' shared sizes (plan.py ``Plan``, set by start_auto_rows)
         self.entered: tuple[str, bool] | None = None  # in a batch: ``idle`` entered this step's plan (stream, explore)
         # at batch 1 on the CPU with a curve probed here (``Decoder.start_auto``): the run's step times, which price
         # host work and judge explorations (None: prices alone, as a pinned curve's study reproduces them)

@@ -20,11 +20,13 @@ from typing import ClassVar
 import torch
 
 from specnoise.config import DECODER_SCHEMAS
-from specnoise.decoding.auto import STICKY, TREE, Batched, Controller, Curve, Plan
+from specnoise.decoding.auto import STICKY, Controller
 from specnoise.decoding.batch import DRAFT_FORWARDS, TARGET_FORWARDS, BatchKV, lockstep
 from specnoise.decoding.calibration import DraftScale, StepTimer, StepTimes, probed_here
+from specnoise.decoding.cost import TREE, Curve
 from specnoise.decoding.engines import engine_for
 from specnoise.decoding.kv import drive, sync, upload
+from specnoise.decoding.plan import Batched, Plan
 from specnoise.decoding.verifier import Proposal, Verdict, Verifier, chain_shape
 from specnoise.errors import UserError
 
@@ -364,7 +366,7 @@ class Decoder:
 
     def start_auto_rows(self, rows: list[Decoder], reach: int) -> None:
         """decoder.auto in a batch: each row slot prices its steps at its share of the batched forward, t_B(q) / B
-        (auto.py ``Batched``; the batch's shared size splits t_B into a fixed part and a part per live row with the
+        (plan.py ``Batched``; the batch's shared size splits t_B into a fixed part and a part per live row with the
         batch-1 curve), with a controller of its own, kept across calls like its drafter (it starts from what
         this decoder's controller has learnt at batch 1, if anything). Each model's curve of B rows is probed on the
         batched forward once per batch size, untimed, at the batch-1 curve's contexts, and again over a longer

@@ -1,6 +1,6 @@
 """What a run's own generations take against the cost curve's prices: decoder.auto's calibrations at run time.
 
-The curve (auto.py ``Curve``) times each forward in a tight loop of one model, the fastest of several probes. Inside a
+The curve (cost.py ``Curve``) times each forward in a tight loop of one model, the fastest of several probes. Inside a
 generation a forward follows other work, and a step is more than its forwards. Two corrections, each learnt from the
 run itself and used only where the curve was probed on this machine (a pinned curve's study reproduces its choices
 from the prices alone):
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from specnoise.decoding.auto import Curve, price
+from specnoise.decoding.cost import Curve, price
 
 
 def probed_here(curves) -> bool:

@@ -24,9 +24,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from specnoise.decoding.auto import TREE, Curve
 from specnoise.decoding.base import Drafter
-from specnoise.decoding.cost import interpolate, measure_forward_costs
+from specnoise.decoding.cost import TREE, Curve, interpolate, measure_forward_costs
 from specnoise.decoding.kv import upload
 from specnoise.decoding.ngram import ahead_noise, suffix_continuation
 from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, Tree, best_size, build_tree, sub_tree
@@ -126,7 +125,7 @@ class TRJacobi(Drafter):
         # probes, and the probes so far (shared by a batch's row drafters: filled in place, never replaced)
         self.fastest: dict[int, dict[int, float]] = {}
         self.probes: dict[int, int] = {}
-        self.curve: Curve | None = None  # at batch 1: the run's cost curve (auto.py)
+        self.curve: Curve | None = None  # at batch 1: the run's cost curve (cost.py)
         self.generations = 0
         # by the deepest node kept (cut trees for the last steps before the budget) and decoder.auto's pick
         self.tables: dict[tuple[int, tuple[int, ...] | None], Tables] = {}
@@ -213,7 +212,7 @@ class TRJacobi(Drafter):
     def pick_tree(self) -> None:
         """Verify the sub-tree with the most expected accepted tokens per second from now on: per-node acceptance
         from every step so far, and the cost of a verify forward t(q) on this engine: at batch 1 the tree-forward
-        curve of ``decoding/auto.py`` (probed once over the first generation's context, cached per machine + model +
+        curve of ``decoding/cost.py`` (probed once over the first generation's context, cached per machine + model +
         settings under ``decoder.cost_cache``); in a batch, the forward of every row's tree together, t(rows x q),
         which grows faster with q: the first five picks per batch size probe a few rounds each over the cache the
         last generation left and keep each size's fastest time, so on a busy machine the curve converges on the
@@ -222,7 +221,7 @@ class TRJacobi(Drafter):
         grid = [q for q in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64) if q < full] + [full]
         rows = self.decoder.batch  # in a batch the verify forward carries every row's tree: t(rows x q)
         fastest = self.fastest.setdefault(rows, {})
-        if rows == 1:  # the run's tree-forward curve (auto.py): probed once over this context, cached per machine
+        if rows == 1:  # the run's tree-forward curve (cost.py): probed once over this context, cached per machine
             if self.curve is None:
                 self.curve = Curve(self.target, len(self.seq), full, self.cfg.cost_cache)
             fastest.update({q: self.curve(q, TREE) for q in grid})
