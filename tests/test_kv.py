@@ -137,12 +137,12 @@ def test_mc_sim_7b_63_with_retrieval_has_the_papers_shape():
     assert len(tree.paths) == 43
     assert Counter(len(path) for path in tree.paths) == {6: 1, 5: 2, 4: 22, 3: 18}  # lengths include the root
     assert tree.paths[0] == [0, 1, 2, 3, 4, 5]  # the retrieval chain comes first, so it wins ties
-    assert (tree.rows, tree.width) == (5, 11)
+    assert (tree.depth, tree.width) == (5, 11)
 
 
 def test_without_retrieval_only_the_template_remains():
     tree = build_tree("mc_sim_7b_63", topk=10, retrieval_len=0)
-    assert len(tree.nodes) == 63 and len(tree.paths) == 42 and (tree.rows, tree.width) == (4, 10)
+    assert len(tree.nodes) == 63 and len(tree.paths) == 42 and (tree.depth, tree.width) == (4, 10)
 
 
 @pytest.mark.parametrize("name", list(TEMPLATES))

@@ -46,9 +46,9 @@ def test_layout_columns_and_is_built_once_per_shape():
     assert lay.offsets.tolist() == [0, 1, 2, 1, 2, 3, 1, 2]
     assert layout((3, 3), 1, 2) is lay  # the steady-state shape: no per-step work
     shape, _ = window_shape((3, 3), 1, 2, False)
-    assert shape.rows_host == [0, 6, 7] and shape.parent.tolist() == [0, 1]  # the verifier's tree: the n-gram
+    assert shape.at_host == [0, 6, 7] and shape.parent.tolist() == [0, 1]  # the verifier's tree: the n-gram
     faithful, _ = window_shape((3, 3), 1, 2, True)
-    assert faithful.rows_host == [0, 6]  # LADE feeds the n-gram's last token but never accepts it
+    assert faithful.at_host == [0, 6]  # LADE feeds the n-gram's last token but never accepts it
 
 
 def test_window_warms_up_then_feeds_the_pool(target):

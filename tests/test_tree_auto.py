@@ -98,7 +98,7 @@ def test_auto_tree_tokens_equal_ar(target):
         assert (not decoder.drafter.fastest) == (i < 1)  # the full template until calibrated, then a sub-tree
         # every step is learnt from but the last few of a generation, whose trees are cut at the budget
         forwards = sum(out.target_forwards for out in outs)
-        assert forwards - decoder.drafter.full.rows * len(outs) <= decoder.drafter.stats.steps <= forwards
+        assert forwards - decoder.drafter.full.depth * len(outs) <= decoder.drafter.stats.steps <= forwards
     assert decoder.drafter.meta["tree"] == f"auto({AUTO_TEMPLATE})" \
         and decoder.drafter.meta["observed_steps"] == decoder.drafter.stats.steps
     drafter = decoder.drafter
@@ -167,7 +167,7 @@ def test_a_cut_to_one_branch_keeps_root_to_leaf_paths(node):
 
     tree = build_tree(AUTO_TEMPLATE, 10, 5)
     keep = sorted([node, *(i - 1 for i in ancestors(tree, node + 1))])  # (node indices 0-based, tree inputs 1-based)
-    small = cut(tree, tree.rows, tuple(keep))
+    small = cut(tree, tree.depth, tuple(keep))
     shape = tree_shape(small.parent[1:], small.paths)
     assert small.paths == [list(range(len(keep) + 1))] and shape.causal
     assert shape.path[0].tolist() == list(range(len(keep) + 1))
@@ -187,9 +187,9 @@ def test_the_next_candidates_are_the_top_k_after_the_rejected_node(seed):
     shallow = [i for i, node in enumerate(tree.nodes) if len(node) <= 3]
     picked = [shallow[i] for i in torch.randperm(len(shallow), generator=gen)[:10].tolist()]
     keep = sorted({a for i in picked for a in [i, *(j - 1 for j in ancestors(tree, i + 1))]})
-    tables = Tables(cut(tree, tree.rows, tuple(keep)), faithful=False, k=3, stats=True, device=torch.device("cpu"))
+    tables = Tables(cut(tree, tree.depth, tuple(keep)), faithful=False, k=3, stats=True, device=torch.device("cpu"))
     shape = tables.shape
-    assert shape.span - 1 < tree.rows
+    assert shape.span - 1 < tree.depth
     logits = torch.randn(shape.last, 50, generator=gen)
     for wrong in (1.0, 0.4):
         tokens = logits.argmax(-1).index_select(0, shape.parent)  # every node right ...
@@ -197,7 +197,7 @@ def test_the_next_candidates_are_the_top_k_after_the_rejected_node(seed):
         read, C, *_ = Verifier(None, read=None).verify(shape, tables.after, logits, tokens, None, None, None)
         a, path = int(read[0]), read[1 + shape.span:1 + 2 * shape.span].tolist()
         after = [i for i in path[a + 1:] if i >= 0]
-        assert C.shape == (tree.rows, tree.width) and (a > 0 or len(after) == len(tables.tree.paths[0]) - 1)
-        for j in range(tree.rows):
+        assert C.shape == (tree.depth, tree.width) and (a > 0 or len(after) == len(tables.tree.paths[0]) - 1)
+        for j in range(tree.depth):
             top = logits[after[j]].topk(3).indices.tolist() if j < len(after) else [-1] * 3
             assert C[j].tolist() == top + [-1] * (tree.width - 3), (j, a, path)

@@ -162,7 +162,7 @@ def test_rows_judged_together_equal_each_judged_alone(kinds):
     g = torch.Generator().manual_seed(0)
     tree = tree_shape([0, 1, 0, 3, 4, 0, 6, 7], [[0, 1, 2], [0, 3, 4, 5], [0, 6, 7, 8]])
     extra_row = tree_shape([0, 1], mask=torch.tril(torch.ones(4, 4, dtype=torch.bool)),
-                           offsets=torch.tensor([0, 1, 1, 2]), rows=[0, 2, 3])
+                           offsets=torch.tensor([0, 1, 1, 2]), at=[0, 2, 3])
     rows = [(chain_shape(3), None), (chain_shape(0), KeepTop()), (chain_shape(5), read_argmax),
             (chain_shape(3), None), (chain_shape(5), read_argmax)] * 2
     if kinds == "every kind":
@@ -171,7 +171,7 @@ def test_rows_judged_together_equal_each_judged_alone(kinds):
     for shape, after in rows:
         logits = torch.randn(shape.last, 12, generator=g)
         y = logits.argmax(-1)
-        at_parent = y.index_select(0, shape.rows.index_select(0, shape.parent))
+        at_parent = y.index_select(0, shape.at.index_select(0, shape.parent))
         wrong = torch.randint(0, 12, at_parent.shape, generator=g)
         nodes = torch.where(torch.rand(at_parent.shape, generator=g) < 0.75, at_parent, wrong)
         checks.append(Check(verifier, shape, after, False, (logits, nodes)))

@@ -72,18 +72,18 @@ def window_shape(rows: tuple[int, ...], k: int, m: int, faithful: bool, device=N
             tree_rows.append(row)
             path.append(len(tree_rows) - 1)
         paths.append(path)
-    shape = tree_shape(parents, paths or None, mask=lay.tree, offsets=lay.offsets, rows=tree_rows, device=device)
+    shape = tree_shape(parents, paths or None, mask=lay.tree, offsets=lay.offsets, at=tree_rows, device=device)
     return shape, ReadRows(torch.tensor(lay.last_row, dtype=torch.long, device=device))
 
 
 class ReadRows:
     """An ``after`` hook: read the target's argmax at fixed block rows with the verdict."""
 
-    def __init__(self, rows: torch.Tensor):
-        self.rows = rows
+    def __init__(self, at: torch.Tensor):
+        self.at = at
 
     def __call__(self, step):
-        return step.y.index_select(1, self.rows), None
+        return step.y.index_select(1, self.at), None
 
 
 class Window:

@@ -78,7 +78,7 @@ def phrase_shape(nd: int, k: int, m: int, faithful: bool, device=None) -> Shape:
             rows.append(first + j)
             path.append(len(rows) - 1)
         paths.append(path)
-    return tree_shape(parents, paths or None, mask=mask, offsets=torch.tensor(offsets), rows=rows, masked=True,
+    return tree_shape(parents, paths or None, mask=mask, offsets=torch.tensor(offsets), at=rows, masked=True,
                       device=device)
 
 
@@ -97,12 +97,12 @@ class KeepDraws:
     q each emitted token was drawn from (the warped draft logits at the inputs along the accepted path) kept on the
     device for the target's rejection test."""
 
-    def __init__(self, inner, rows: torch.Tensor, cfg, vocab: int):
-        self.inner, self.rows, self.cfg, self.vocab = inner, rows, cfg, vocab
+    def __init__(self, inner, at: torch.Tensor, cfg, vocab: int):
+        self.inner, self.at, self.cfg, self.vocab = inner, at, cfg, vocab
 
     def __call__(self, step):
         read, _ = self.inner(step)
-        at = self.rows[step.path.clamp(min=0)]  # block row of each path input (padding: the root's), [B, span]
+        at = self.at[step.path.clamp(min=0)]  # block row of each path input (padding: the root's), [B, span]
         logits = step.logits.gather(1, at[..., None].expand(-1, -1, step.logits.shape[-1]))
         return read, warp(fit_vocab(logits, self.vocab), self.cfg)
 
@@ -243,7 +243,7 @@ class Ouroboros(Drafter):
         if self.sampled:
             shape = proposal.shape
             if shape not in self.hooks:
-                self.hooks[shape] = KeepDraws(proposal.after, shape.rows, self.cfg, self.vocab)
+                self.hooks[shape] = KeepDraws(proposal.after, shape.at, self.cfg, self.vocab)
             proposal.after, base = self.hooks[shape], self.drawn
             self.drawn += shape.span  # fresh uniforms every step: a redrafted position never reuses a draw
         v = yield from self.drafting.steps(tokens[self.draft.length:], proposal, base=base)

@@ -50,7 +50,7 @@ class Plan:
         tree = build_tree("token_recycling", max(c for node in nodes for c in node) + 1, template=nodes)
         self.shape = tree_shape(tree.parent[1:], tree.paths, device=device)
         tables = []
-        for d in range(1, tree.rows + 1):
+        for d in range(1, tree.depth + 1):
             at = [i for i, node in enumerate(tree.nodes, start=1) if len(node) == d]
             tables += [at, [tree.parent[i] for i in at], [tree.nodes[i - 1][-1] for i in at]]
         views = upload_tables(tables, device)

@@ -78,7 +78,7 @@ class Tables:
     without bounds checks (-1 = none; ``faithful``: the root up to full depth, as MSN's code pads)."""
 
     def __init__(self, tree: Tree, faithful: bool, k: int, stats: bool, device):
-        rows = tree.rows
+        rows = tree.depth
         self.tree, self.k, self.stats = tree, k, stats  # k: candidates per row, decoder.topk within the vocabulary
         self.shape = tree_shape(tree.parent[1:], tree.paths, device=device)  # the tree alone is the block
         # the verifier's first path through each input (-1 after its end), widened to 2 rows + 1 (a cut tree keeps the
@@ -90,7 +90,7 @@ class Tables:
         # + a: where the rows after an accepted depth a sit. A path holds span - 1 nodes, so at most that many rows
         # can follow a rejected node (faithful: every row, the root padding the path): decoder.auto's 2-4-deep picks
         # take the top-k of 1-3 rows, not of all 5 (~45 us of a TR-Jacobi step's ~0.3 ms verify on the CPU)
-        self.rows = torch.arange(1, (rows if faithful else self.shape.span - 1) + 1, device=device)
+        self.ahead = torch.arange(1, (rows if faithful else self.shape.span - 1) + 1, device=device)
         # no node kept (decoder.auto's AR step, or the budget's last token): no row after the root to take candidates
         # from, so the next matrix is empty whatever the target says (faithful: the root's top-k in every row, as
         # MSN's code pads)
@@ -100,11 +100,11 @@ class Tables:
         """Reads each node's right flag (tree=auto's statistics) and keeps the next candidate matrix: the top-k after
         each rejected node of the best path, one row per depth."""
         tree = self.tree
-        after = self.path.index_select(0, step.best).gather(1, step.a[:, None] + self.rows)  # [B, rows read]
+        after = self.path.index_select(0, step.best).gather(1, step.a[:, None] + self.ahead)  # [B, rows read]
         logits = step.logits.gather(1, after.clamp(min=0)[..., None].expand(-1, -1, step.logits.shape[-1]))
         top = logits.topk(self.k, dim=-1).indices
         C = F.pad(torch.where(after[..., None] >= 0, top, -1),
-                  (0, tree.width - self.k, 0, tree.rows - after.shape[1]), value=-1)
+                  (0, tree.width - self.k, 0, tree.depth - after.shape[1]), value=-1)
         return (step.right if self.stats else None), C
 
 
@@ -134,16 +134,16 @@ class TRJacobi(Drafter):
     def tables_for(self, budget: int) -> Tables:
         """The tables for a step that may emit ``budget`` more tokens: nodes deeper than budget - 1 are cut; under
         ``decoder.auto`` the tree is the controller's pick among the rest (retrieval chain and template alike)."""
-        depth = min(budget - 1, self.tree.rows)
+        depth = min(budget - 1, self.tree.depth)
         pick = None
         if self.decoder.auto is not None:
             tree = self.tree
             if self.parents[0] is not tree:  # node index of each node's parent, -1 = the root (once per tree)
                 self.parents = (tree, [p - 1 for p in tree.parent[1:]])
-            allow = None if depth == tree.rows else [len(node) <= depth for node in tree.nodes]
+            allow = None if depth == tree.depth else [len(node) <= depth for node in tree.nodes]
             pick = tuple(self.select(self.parents[1], allow=allow))
         if (depth, pick) not in self.tables:
-            tree = self.tree if depth == self.tree.rows and pick is None else cut(self.tree, depth, pick)
+            tree = self.tree if depth == self.tree.depth and pick is None else cut(self.tree, depth, pick)
             k = min(self.cfg.topk, self.target.vocab_size)
             self.tables[depth, pick] = Tables(tree, self.cfg.faithful, k, self.stats is not None, self.target.device)
         return self.tables[depth, pick]
@@ -154,18 +154,18 @@ class TRJacobi(Drafter):
         every other cell the tree reads, in cell order, except the first ``filled`` rows' top-k (the previous step's
         candidates, which stay). The draws are the list version's, so speeds reproduce."""
         tree, K = t.tree, self.cfg.topk
-        fill = [-1] * (tree.rows * tree.width)
+        fill = [-1] * (tree.depth * tree.width)
         if retrieval:
             for d, token in enumerate(retrieve(seq, self.cfg.retrieval_ngram, self.R, self.cfg.faithful)):
                 fill[d * tree.width + K] = token
         empty = [c for c in tree.used if fill[c] < 0 and not (c // tree.width < filled and c % tree.width < t.k)]
         for c, token in zip(empty, ahead_noise(seq[:-1] or seq, len(empty), self.noise)):
             fill[c] = token
-        return upload(fill, self.target.device).view(tree.rows, tree.width)
+        return upload(fill, self.target.device).view(tree.depth, tree.width)
 
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
-        self.C = torch.full((self.tree.rows, self.tree.width), -1, device=self.target.device)  # -1 = empty
+        self.C = torch.full((self.tree.depth, self.tree.width), -1, device=self.target.device)  # -1 = empty
         self.first, self.filled = True, 0  # filled: rows of C holding the previous step's top-k
 
     def propose(self, room):
@@ -185,7 +185,7 @@ class TRJacobi(Drafter):
             return
         self.C, self.first = (torch.full_like(self.C, -1) if t.blank else v.kept), False
         # the rows after the rejected node: to the end of the path (faithful: of the tree, the root padding it)
-        self.filled = t.tree.rows - a if self.cfg.faithful else sum(i >= 0 for i in v.path) - a - 1
+        self.filled = t.tree.depth - a if self.cfg.faithful else sum(i >= 0 for i in v.path) - a - 1
 
     # ------------------------------------------------------------------------------------ tree=auto
     def history(self):

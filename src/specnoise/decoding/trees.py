@@ -27,9 +27,9 @@ class Tree:
     nodes: list[tuple[int, ...]]  # template order, retrieval chain first
     parent: list[int]  # [N + 1]; the root is its own parent
     paths: list[list[int]]  # root-to-leaf input indices, true lengths, retrieval chain first
-    cell: list[int]  # [N]: flat index of each node's token in the candidate matrix [rows, width]
+    cell: list[int]  # [N]: flat index of each node's token in the candidate matrix [depth, width]
     used: list[int]  # the cells some node reads
-    rows: int  # candidate-matrix rows = deepest node
+    depth: int  # candidate-matrix rows = the deepest node's depth
     width: int  # candidate-matrix columns = topk (+ 1 retrieval column)
 
 

@@ -44,17 +44,17 @@ from specnoise.decoding.trees import with_prefix
 @dataclass(eq=False)  # hashed by identity: the verifier keeps one device function per shape
 class Shape:
     """A proposal's layout, built once per shape (drafters cache them). The block is [root, Q tokens]; the tree's
-    inputs are the rows ``rows`` (root = row 0), node i's parent is input ``parent[i - 1]``."""
+    inputs sit at the block rows ``at`` (the root at row 0), node i's parent is input ``parent[i - 1]``."""
 
     mask: torch.Tensor  # bool [1 + Q, 1 + Q]: who sees whom (every row sees the root)
     offsets: torch.Tensor  # long [1 + Q]: each row's position minus the root's
-    rows: torch.Tensor  # long [N + 1]: block row of each tree input
+    at: torch.Tensor  # long [N + 1]: block row of each tree input
     parent: torch.Tensor  # long [N]
     sees: torch.Tensor  # bool [N + 1, N]: node j is input i or one of its ancestors
     depth: torch.Tensor  # long [N + 1]
     rank: torch.Tensor  # long [N + 1]: deeper first, then the earlier first path (one argmax picks the best input)
     path: torch.Tensor  # long [N + 1, span]: the first path through each input, -1 after its end
-    rows_host: list[int]
+    at_host: list[int]  # (``at`` on the host)
     span: int  # deepest input + 1: tokens a step may emit
     causal: bool  # the tree is one chain over the whole block: the forward needs no mask or positions
     prefix: bool  # the tree's inputs are the block's first rows
@@ -75,7 +75,7 @@ class Shape:
         if rules is None:
             more = n - self.nodes
             rules = self.padded[n, span] = Rules(
-                F.pad(self.rows, (0, more))[None], F.pad(self.parent, (0, more))[None],
+                F.pad(self.at, (0, more))[None], F.pad(self.parent, (0, more))[None],
                 F.pad(self.sees, (0, more, 0, more))[None], F.pad(self.rank, (0, more), value=-1)[None],
                 F.pad(self.depth, (0, more))[None], F.pad(self.path, (0, span - self.span, 0, more), value=-1)[None],
                 prefix=self.prefix, chain=self.causal or not self.nodes)
@@ -87,11 +87,11 @@ class Shape:
 
 
 def tree_shape(parents: list[int], paths: list[list[int]] | None = None, *, mask: torch.Tensor | None = None,
-               offsets: torch.Tensor | None = None, rows: list[int] | None = None, masked: bool = False,
+               offsets: torch.Tensor | None = None, at: list[int] | None = None, masked: bool = False,
                device=None) -> Shape:
     """The shape of a tree (inputs 0 = root, 1..N = nodes) with ``parents[i - 1]`` the parent of node i (parents
     first). ``paths``: root-to-leaf input lists in tie-break order (default: leaves in node order). ``mask``,
-    ``offsets``, ``rows``: the block's layout when it holds more than the tree (default: the tree alone). ``masked``:
+    ``offsets``, ``at``: the block's layout when it holds more than the tree (default: the tree alone). ``masked``:
     pass the mask and positions even for a chain (a drafter whose block is a chain only sometimes keeps one kind of
     forward, and so the same rounding, for all its steps)."""
     n = len(parents) + 1
@@ -115,18 +115,18 @@ def tree_shape(parents: list[int], paths: list[list[int]] | None = None, *, mask
     sees[[i for i in range(n) for _ in anc[i]], [j for a in anc for j in a]] = True
     sees = torch.from_numpy(sees)
     if mask is None:
-        mask, offsets, rows = sees, None, list(range(n))
-    prefix = list(rows[:n]) == list(range(n))
+        mask, offsets, at = sees, None, list(range(n))
+    prefix = list(at[:n]) == list(range(n))
     chain = not masked and parents == list(range(len(parents))) and mask.shape[0] == n
     inner = sorted(set(parents))
     slot = {p: j for j, p in enumerate(inner)}
     padded = [j for i in range(n) for j in (paths[first[i]] + [-1] * span)[:span]]
-    rows_, parent, depth_, rank, path, inner_, slot_ = upload_tables(
-        [rows, parents, depth, [d * len(paths) - first[i] for i, d in enumerate(depth)], padded, inner,
+    at_, parent, depth_, rank, path, inner_, slot_ = upload_tables(
+        [at, parents, depth, [d * len(paths) - first[i] for i, d in enumerate(depth)], padded, inner,
          [slot[p] for p in parents]], device)
-    return Shape(mask=mask.to(device), offsets=depth_ if offsets is None else offsets.to(device), rows=rows_,
+    return Shape(mask=mask.to(device), offsets=depth_ if offsets is None else offsets.to(device), at=at_,
                  parent=parent, sees=sees[:, 1:].to(device), depth=depth_, rank=rank, path=path.view(n, span),
-                 rows_host=list(rows), span=span, causal=chain, prefix=prefix, inner=inner_, slot=slot_)
+                 at_host=list(at), span=span, causal=chain, prefix=prefix, inner=inner_, slot=slot_)
 
 
 @lru_cache(maxsize=256)
@@ -137,7 +137,7 @@ def chain_shape(n: int, device=None) -> Shape:
 
 @dataclass
 class Proposal:
-    """What a drafter proposes for one step: the block's tokens after the root (the tree nodes at ``shape.rows``,
+    """What a drafter proposes for one step: the block's tokens after the root (the tree nodes at ``shape.at``,
     extra rows elsewhere), its shape, and optionally the draft distributions of a sampled chain (rejection
     sampling) and a device hook run right after verification: ``after(step) -> (tensor to read, kept)``."""
 
@@ -255,7 +255,7 @@ class Verifier:
             logits = yield Forward(engine, block, positions, with_prefix(shape.mask, m - 1), shape.last, prefix=m)
         if self.vocab is not None:
             logits = logits[:, :self.vocab]
-        nodes = tokens[:shape.nodes] if shape.prefix else tokens.index_select(0, shape.rows[1:] - 1)
+        nodes = tokens[:shape.nodes] if shape.prefix else tokens.index_select(0, shape.at[1:] - 1)
         rejection = proposal.q is not None and self.sampling is not None
         args = (logits, nodes)
         if self.sampling is not None:
@@ -274,8 +274,8 @@ class Verifier:
         a, shape = v.accepted, v.shape
         src = v.device_path[:a + 1]
         if not shape.prefix:  # tree inputs sit at other block rows
-            src = shape.rows.index_select(0, src)
-        self.engine.compact(v.root, [v.root + shape.rows_host[i] for i in v.path[:a + 1]], v.root + src)
+            src = shape.at.index_select(0, src)
+        self.engine.compact(v.root, [v.root + shape.at_host[i] for i in v.path[:a + 1]], v.root + src)
 
     # ------------------------------------------------------------------------------------------ on the device
     def function(self, shape: Shape, after, rejection: bool) -> Callable:
@@ -304,7 +304,7 @@ class Verifier:
         """Returns (what the host reads: [a, block padded to span, path, after's read], after's kept tensors, the
         argmax per row, the bonus token, the path)."""
         y = greedy(logits)
-        tree = logits[:shape.nodes + 1] if shape.prefix else logits.index_select(0, shape.rows)
+        tree = logits[:shape.nodes + 1] if shape.prefix else logits.index_select(0, shape.at)
         if q is not None:
             return self.reject(shape, after, logits, y, tree, nodes, u, v, q)
         # a chain, or the root alone (a tree drafter's AR step under decoder.auto, a masked block of extra rows): the
@@ -312,7 +312,7 @@ class Verifier:
         # the CPU, for the same verdict
         chain = shape.causal or not shape.nodes
         if self.sampling is None:
-            picks = y[:shape.nodes + 1] if shape.prefix else y.index_select(0, shape.rows)
+            picks = y[:shape.nodes + 1] if shape.prefix else y.index_select(0, shape.at)
         elif chain:  # input i predicts output position base + depth[i]: its uniform
             picks = self.draws(tree, u, shape.depth)
         if chain:  # the accepted drafts are the matching prefix
@@ -401,7 +401,7 @@ class Rules(NamedTuple):
     ``Shape.rules``) or B rows' shapes padded to the largest (``rules_of``). A pad input is never the best (rank -1)
     and a pad node never right (its proposed token is -1)."""
 
-    rows: torch.Tensor  # [R, N + 1] block row of each tree input
+    at: torch.Tensor  # [R, N + 1] block row of each tree input
     parent: torch.Tensor  # [R, N]
     sees: torch.Tensor  # [R, N + 1, N]
     rank: torch.Tensor  # [R, N + 1]
@@ -425,7 +425,7 @@ def rules_of(shapes: list[Shape]) -> Rules:
 
 def picks_at(rules: Rules, y: torch.Tensor) -> torch.Tensor:
     """The target's token at each tree input, [B, N + 1], from its argmax at every block row ``y`` [B, 1 + Q]."""
-    return y[:, :rules.rows.shape[1]] if rules.prefix else y.gather(1, rules.rows.expand(len(y), -1))
+    return y[:, :rules.at.shape[1]] if rules.prefix else y.gather(1, rules.at.expand(len(y), -1))
 
 
 def accept(rules: Rules, picks: torch.Tensor, nodes: torch.Tensor):
