@@ -2,19 +2,18 @@
 (``Batched``) and one size per step for every row (``Plan``), from the offers of the rows' own controllers
 (decoding/auto.py).
 
-A cost function is all the controller takes. In a batch of B rows (``Batched``) each row slot has its own
-controller (its statistics its own, like its drafter's state) and prices a step at its share of the lock-step
-forward, t_B(q) / B, from a curve of its own probed on that forward: B rows of q tokens, each row over its own cache,
-with the batch's 4D mask (``Curve`` with ``rows``), over the batch-1 curve's contexts or, for a batch whose longest
-prompt plus budget reaches past them, a longer one (``Decoder.start_auto_rows``). One forward of B x q tokens is no
-stand-in for it: on the 2-core CPU a batch of 4 rows of 8 tokens costs 1.6x a 32-token forward (16 rows of 4: 2.2x a
-64-token one), and priced that way PLD with auto at B = 4 verified 9-10 drafts per row, as many as its faithful
-setting. An AR step is cheaper per
-row in a batch (t_B(1) / B), so drafting must beat batched AR, not AR at batch 1. The batch pays for its largest
-block, so its rows verify one size per step, whatever stream their candidates come from, and explore at the same
-steps (``Plan``): the size that saves the batch the most time per second it costs, where a step costs a fixed part and
-a part per live row (``Batched.split``) and the batch runs until its last rows are done. Every row's attention spans
-the batch's longest row (one rectangular cache), so a row prices its step at that context (``Engine.attended``).
+In a batch of B rows (``Batched``) each row slot has its own controller (its statistics its own, like its drafter's
+state) and prices a step at its share of the lock-step forward, t_B(q) / B, from a curve of its own probed on that
+forward: B rows of q tokens, each row over its own cache, with the batch's 4D mask (``Curve`` with ``rows``), over the
+batch-1 curve's contexts or, for a batch whose longest prompt plus budget reaches past them, a longer one
+(``Decoder.start_auto_rows``). One forward of B x q tokens is no stand-in for it: on the 2-core CPU a batch of 4 rows
+of 8 tokens costs 1.6x a 32-token forward (16 rows of 4: 2.2x a 64-token one), and priced that way PLD with auto at
+B = 4 verified 9-10 drafts per row, as many as its faithful setting. An AR step is cheaper per row in a batch
+(t_B(1) / B), so drafting must beat batched AR, not AR at batch 1. The batch pays for its largest block, so its rows
+verify one size per step, whatever stream their candidates come from, and explore at the same steps (``Plan``): the
+size that saves the batch the most time per second it costs, where a step costs a fixed part and a part per live row
+(``Batched.split``) and the batch runs until its last rows are done. Every row's attention spans the batch's longest
+row (one rectangular cache), so a row prices its step at that context (``Engine.attended``).
 """
 
 from __future__ import annotations
@@ -56,7 +55,11 @@ class Batched:
         """The batched forward of q tokens per row as a fixed cost and a cost per live row, (a, m) with a + rows x m =
         t_rows(q) and a + m = t_1(q) (the batch-1 curve's masked forward: a batch's forwards carry a mask). On the
         shipped model on the CPU an AR step of 16 rows costs 8.4 ms and of one row 4.9: a row that leaves the batch
-        saves 0.23 ms a step, not its 0.53 ms share. Without a batch-1 curve: (0, t_rows(q) / rows)."""
+        saves 0.23 ms a step, not its 0.53 ms share. Without a batch-1 curve: (0, t_rows(q) / rows). Between its ends
+        the line is no measurement: timed, a 3-token step of 2-4 live rows of 16 cost 1.08-1.14x their one-token step,
+        where it says 1.41-1.45x (a row alone in a batch still pays for the batch's padding and gathers:
+        batch-scaling/split_prices.py). A line through a probed 2-row curve priced them as timed, made PLD draft less
+        at the start and ran no faster: not kept (batch-scaling README)."""
         curve = self.curve
         if not isinstance(curve, Curve):  # (tests: a plain function of the tokens fed, batch 1 included)
             full, single = curve(q * self.rows, TREE), curve(q, TREE)
