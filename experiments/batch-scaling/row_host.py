@@ -73,14 +73,16 @@ def main(names: list[str], rows: int, repeats: int) -> None:
     base.lockstep = lockstep
 
 
-def cli(main, decoders: str) -> None:
-    """This folder's timers' command line: ``main(decoder names, batch size, repeats)``."""
+def cli(main, decoders: str | None) -> None:
+    """This folder's timers' command line: ``main(decoder names, batch size, repeats)``; ``decoders``: the default of
+    ``--decoders`` (None: a timer of fixed settings, no such option, no names)."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--decoders", default=decoders)
+    if decoders is not None:
+        parser.add_argument("--decoders", default=decoders)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    main(args.decoders.split(","), args.batch, args.repeats)
+    main(args.decoders.split(",") if decoders is not None else [], args.batch, args.repeats)
 
 
 if __name__ == "__main__":

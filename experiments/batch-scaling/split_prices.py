@@ -50,4 +50,4 @@ def main(_names: list[str], rows: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    cli(main, "")
+    cli(main, None)
