@@ -212,8 +212,9 @@ def test_a_groups_first_forward_feeds_its_rows_alone_where_padding_would_dominat
         lambda module, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
     try:
         for ps in (batch_prompts(), [p[:9] for p in batch_prompts()[1:]] * 2):
-            seen.clear()
             decoder = on_engine(build_decoder(schema("pld"), target), static)
+            decoder.generate_batch(ps, 8)  # (the static engine allocates its batch caches on the first)
+            seen.clear()
             outs = decoder.generate_batch(ps, 8)
             fed = seen[:]  # (the batch's forwards; AR alone below feeds the model too)
             assert [out.tokens for out in outs] == [ar(target, p, 8) for p in ps]

@@ -6,9 +6,11 @@
 #    (hf_static is left out: its own compile costs ~40 s a job; run_engines.sh compares it); or "engines", as the
 #    first runs did (h100/checks, h100/checks2, h200/checks): faithful and auto in two jobs (decoder.auto=false,true),
 #    each against its own AR, whose baselines moved 6-8% apart on a lease;
-# 2. batches: the dynamic engine (batched forwards run eagerly on every engine), PLD and TR-Jacobi faithful and auto
-#    side by side against batched AR in one job (h100/checks and checks2 ran them in two), at B = 4 and 16 (16
-#    HumanEval problems; Spec-Bench has 7 turns).
+# 2. batches: the dynamic engine, PLD and TR-Jacobi faithful and auto side by side against batched AR in one job
+#    (h100/checks and checks2 ran them in two), at B = 4 and 16 (16 HumanEval problems; Spec-Bench has 7 turns);
+# 3. compiled (not in the default STEPS): the same batches on the static compiled engine, whose batched forwards are
+#    compiled and CUDA-graphed per (batch bucket, block bucket) when the engine first batches (5 x 5 forwards for
+#    B = 16: the warm-up compiles them; COMPILED_S: its time limit, 500 s).
 # The full engine and forward-cost figures are run_engines.sh's (~15 minutes with its 8B-shape compiles).
 # Usage: bash experiments/gpu/run_checks.sh [OUT_DIR]; DRAFTERS=a,b: the side and engines steps' drafters (default
 # all nine; e.g. DRAFTERS=lookahead,rest,tr_jacobi to re-measure what changed: faithful Jacobi, the experiment's
@@ -65,6 +67,12 @@ for subset in ${SUBSETS:-humaneval-gpu spec_bench-gpu}; do
   step "batches-${subset%-gpu}" "$BATCH_S" +experiment=bench-gpu "+subset=$subset" benchmark.limit=16 \
     benchmark.repeats=1 model.static_cache=false decoder=pld 'decoders=[pld+auto,tr_jacobi,tr_jacobi+auto]' \
     decoder.auto=false \
+    benchmark.batch_size=4,16 decoder.cost_cache="$O/cost_cache" $(scorer "$subset")
+done
+for subset in ${SUBSETS:-humaneval-gpu spec_bench-gpu}; do
+  [[ " ${STEPS:-side batches} " == *" compiled "* ]] || break
+  step "compiled-${subset%-gpu}" "${COMPILED_S:-500}" +experiment=bench-gpu "+subset=$subset" benchmark.limit=16 \
+    benchmark.repeats=1 "${ENGINE[@]}" decoder=pld 'decoders=[pld+auto,tr_jacobi,tr_jacobi+auto]' decoder.auto=false \
     benchmark.batch_size=4,16 decoder.cost_cache="$O/cost_cache" $(scorer "$subset")
 done
 echo "== done ($((SECONDS - start)) s)"

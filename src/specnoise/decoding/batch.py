@@ -24,9 +24,12 @@ never accumulate, and every row's memory is the longest live row plus the step's
 rectangular tensor per layer). The group's first forward, where padding every row to the longest prompt would feed
 ``PAD_SPLIT`` times the rows' own tokens or more, feeds each row alone on the dynamic engine (``prefill_rows``).
 Finished rows are dropped from the cache (dynamic engine), or, on the static engine whose batch size is part of the
-bucket, fed as pads until the live rows fit the next smaller batch bucket, when they move into a cache of that size.
-Batched forwards run eagerly (a compiling static engine compiles its batch-1 forwards only) and always pass
-``logits_to_keep``: a prefill never builds B x prompt x vocab logits.
+bucket, fed as pads until the live rows fit the next smaller batch bucket, when they move into that bucket's cache.
+The static engine keeps one cache per batch bucket for its life (``StaticEngine.batch_cache``), so a compiling engine
+compiles each (batch bucket, block bucket) forward once, before a batch's clock starts, and on CUDA replays it as a
+CUDA graph; a block of no bucket's size (a prefill) runs eagerly. Every forward keeps only the logits the rows need
+(``logits_to_keep``; a compiled one all of its block's, at most rows x the largest bucket): a prefill never builds
+B x prompt x vocab logits.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from collections.abc import Callable, Generator
 
 import torch
 import torch.nn.functional as F
-from transformers import StaticCache
 
 from specnoise.decoding.kv import (
     Clock,
@@ -50,7 +52,7 @@ from specnoise.decoding.kv import (
     log_entry,
     upload,
 )
-from specnoise.decoding.static_kv import StaticEngine, capacity_for
+from specnoise.decoding.static_kv import StaticEngine
 from specnoise.decoding.verifier import Check, judge_rows
 from specnoise.numerics import numerics
 
@@ -85,15 +87,12 @@ class BatchKV:
         self.at: dict[int, int] = {r: r for r in range(rows)}  # row -> batch index in the cache
         self.done: set[int] = set()
         self.phys = 0  # physical slots used in every row
-        if self.static:
-            self.capacity = capacity_for(need + engine.buckets[-1], engine.max_length, engine.buckets[-1])
-            self.bucket = bucket(rows)  # batch rows of the static cache
-        self.cache = self._new_cache()
-
-    def _new_cache(self):
-        if self.static:
-            return StaticCache(config=self.model.config, max_cache_len=self.capacity)
-        return dense_cache(self.model.config)  # a sliding-window model's too: its own layers could not be cut
+        if self.static:  # the engine's cache of the batch bucket: compiled forwards serve every group's
+            self.bucket, self.need = bucket(rows), need  # batch rows of the static cache
+            self.cache = engine.batch_cache(self.bucket, need)
+            self.capacity = engine.capacity
+        else:
+            self.cache = dense_cache(self.model.config)  # a sliding-window model's too: its layers could not be cut
 
     def row_engine(self, r: int) -> RowEngine:
         return RowEngine(self, r)
@@ -144,10 +143,8 @@ class BatchKV:
             keep[b, Q - q:, Q - q:] = causal_block(q, self.device) if tree is None else tree.to(self.device)
             rows_kept = max(rows_kept, q if last is None else min(last, q))
         mask = attention_mask(cached, keep, P, self.capacity if self.static else P + Q, self.dtype)
-        # eager, also on a compiling static engine: a batch's cache lives for one group, and a compiled forward over
-        # it would be traced again for every group (a per-engine batched cache is the fix)
         with numerics(self.model), self.clock.timing():
-            logits = self._call(ids, pos, mask, rows_kept)[:, -rows_kept:]
+            logits = self._call(ids, pos, mask, rows_kept)
         self.forwards += 1  # (a static cache's offsets advanced by Q: the block sits at P..P+Q in every row)
         out = {}
         for r, block in blocks.items():
@@ -185,10 +182,12 @@ class BatchKV:
         return out
 
     def _call(self, ids, pos, mask, rows_kept):
+        if self.static:
+            return self.engine.batch_forward(self.cache, ids, pos, mask, rows_kept)
         kwargs = {self.engine.cache_kw: self.cache, "use_cache": True}
-        if rows_kept is not None and self.engine.can_keep_last:
+        if self.engine.can_keep_last:
             kwargs["logits_to_keep"] = rows_kept
-        return self.model(input_ids=ids, position_ids=pos, attention_mask=mask, **kwargs).logits
+        return self.model(input_ids=ids, position_ids=pos, attention_mask=mask, **kwargs).logits[:, -rows_kept:]
 
     def _offsets(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.cache.layers]
@@ -225,14 +224,14 @@ class BatchKV:
             self.at = {r: i for i, r in enumerate(live)}
             if self.static:
                 self.bucket = bucket(max(len(live), 1))
+                self.cache = self.engine.batch_cache(self.bucket, self.need)
             return
         if self.static and len(live) > self.bucket // 2:
             return  # the finished rows stay, fed pads, until the live ones fit a smaller bucket
         index = upload([self.at[r] for r in live], self.device)
         if self.static:
             old, self.bucket = self.cache, bucket(max(len(live), 1))
-            self.cache = self._new_cache()
-            self._allocate()
+            self.cache = self.engine.batch_cache(self.bucket, self.need)
             for new, layer in zip(self.cache.layers, old.layers):
                 new.keys[:len(live), :, :self.phys] = layer.keys[index, :, :self.phys]
                 new.values[:len(live), :, :self.phys] = layer.values[index, :, :self.phys]
@@ -241,12 +240,6 @@ class BatchKV:
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[index], layer.values[index]
         self.at = {r: i for i, r in enumerate(live)}
-
-    def _allocate(self) -> None:
-        """Initialise a fresh static cache's tensors (``bucket`` rows) with one pad forward, then forget its slot."""
-        zeros = torch.zeros(self.bucket, 1, dtype=torch.long, device=self.device)
-        self._call(zeros, zeros, attention_mask(0, causal_block(1, self.device), 0, self.capacity, self.dtype), None)
-        torch._foreach_add_(self._offsets(), -1)
 
 
 class RowEngine:
