@@ -2,10 +2,10 @@
 with the engine's batch caches) against the same engine eager and the dynamic engine, on the CPU (inductor, no CUDA
 graphs; issue 28). The first 16 HumanEval problems in groups of ``B`` (64 new tokens, fp32, one thread, the shipped
 small-code-msn); batched AR and PLD proposing at most 7 tokens, so that every block after the prefill fits the block
-buckets (1, 8). Per engine: the compile time (the batch-1 buckets and every batch bucket up to B, once), then
-``--repeats`` rounds of each decoder on each engine, the engines' order reversed every other round; the median time of
-a pass over the 16 problems, the spread of the round-by-round ratios to the dynamic engine's, and whether every row's
-tokens equal the dynamic engine's.
+buckets (1, 8). Per engine: the compile time (the batch-1 buckets, and each (batch bucket, block bucket) shape the
+untimed first pass meets), then ``--repeats`` rounds of each decoder on each engine, the engines' order reversed every
+other round; the median time of a pass over the 16 problems, the spread of the round-by-round ratios to the dynamic
+engine's, and whether every row's tokens equal the dynamic engine's.
 
 Usage: python experiments/batch-scaling/compiled_batches.py [--batch 4] [--repeats 3]
 """
@@ -39,7 +39,7 @@ def main(_names: list[str], rows: int, repeats: int) -> None:
             decoder.reserve(max(map(len, prompts)) + 64)
             decoders[name, e] = decoder
     tokens, seconds = {}, {key: [] for key in decoders}
-    for key, decoder in decoders.items():  # warm-up: the batch caches (and their compiled forwards) are made here
+    for key, decoder in decoders.items():  # warm-up: the batch caches are made, and their shapes compiled, here
         tokens[key] = [o.tokens for group in groups for o in decoder.generate_batch(group, 64)]
     for rep in range(repeats):
         for key in (list(decoders) if rep % 2 == 0 else list(decoders)[::-1]):

@@ -9,8 +9,8 @@
 # 2. batches: the dynamic engine, PLD and TR-Jacobi faithful and auto side by side against batched AR in one job
 #    (h100/checks and checks2 ran them in two), at B = 4 and 16 (16 HumanEval problems; Spec-Bench has 7 turns);
 # 3. compiled (not in the default STEPS): the same batches on the static compiled engine, whose batched forwards are
-#    compiled and CUDA-graphed per (batch bucket, block bucket) when the engine first batches (5 x 5 forwards for
-#    B = 16: the warm-up compiles them; COMPILED_S: its time limit, 500 s).
+#    compiled and CUDA-graphed per (batch bucket, block bucket) the first time a batch meets one (up to 5 x 5 for
+#    B = 16, nearly all in the untimed warm-up; COMPILED_S: its time limit, 500 s).
 # The full engine and forward-cost figures are run_engines.sh's (~15 minutes with its 8B-shape compiles).
 # Usage: bash experiments/gpu/run_checks.sh [OUT_DIR]; DRAFTERS=a,b: the side and engines steps' drafters (default
 # all nine; e.g. DRAFTERS=lookahead,rest,tr_jacobi to re-measure what changed: faithful Jacobi, the experiment's

@@ -56,8 +56,7 @@ def check(model: str | None = None, draft: str | None = None, dtype: str = "floa
                           if engine == "compiled" else None)
             report[engine][name] = dict(ms_per_token=1e3 * seconds / max(n, 1), tokens=n, identical_to_ar=same_ar,
                                         identical_to_static_eager=same_eager, warmup_seconds=warmup,
-                                        compile_seconds=sum(getattr(kv, "compile_seconds", 0.0) for kv in
-                                                            filter(None, (decoder.target, decoder.draft))))
+                                        compile_seconds=decoder.compile_seconds())
             report["ok"] &= (same_ar == 1.0 or dtype != "float32") and same_eager in (None, 1.0)
             print(f"{engine:9s} {name:12s} {report[engine][name]}", flush=True)
     return report

@@ -26,10 +26,10 @@ rectangular tensor per layer). The group's first forward, where padding every ro
 Finished rows are dropped from the cache (dynamic engine), or, on the static engine whose batch size is part of the
 bucket, fed as pads until the live rows fit the next smaller batch bucket, when they move into that bucket's cache.
 The static engine keeps one cache per batch bucket for its life (``StaticEngine.batch_cache``), so a compiling engine
-compiles each (batch bucket, block bucket) forward once, before a batch's clock starts, and on CUDA replays it as a
-CUDA graph; a block of no bucket's size (a prefill) runs eagerly. Every forward keeps only the logits the rows need
-(``logits_to_keep``; a compiled one all of its block's, at most rows x the largest bucket): a prefill never builds
-B x prompt x vocab logits.
+compiles each (batch bucket, block bucket) forward once, the first time a batch meets it, outside the batch's clock
+and time, and on CUDA replays it as a CUDA graph; a block of no bucket's size (a prefill) runs eagerly. Every forward
+keeps only the logits the rows need (``logits_to_keep``; a compiled one all of its block's, at most rows x the largest
+bucket): a prefill never builds B x prompt x vocab logits.
 """
 
 from __future__ import annotations
@@ -143,8 +143,11 @@ class BatchKV:
             keep[b, Q - q:, Q - q:] = causal_block(q, self.device) if tree is None else tree.to(self.device)
             rows_kept = max(rows_kept, q if last is None else min(last, q))
         mask = attention_mask(cached, keep, P, self.capacity if self.static else P + Q, self.dtype)
-        with numerics(self.model), self.clock.timing():
-            logits = self._call(ids, pos, mask, rows_kept)
+        with numerics(self.model):
+            if self.static:  # a shape met for the first time is compiled now, outside the clock
+                self.engine.prepare_batch(self.cache, ids, pos, mask)
+            with self.clock.timing():
+                logits = self._call(ids, pos, mask, rows_kept)
         self.forwards += 1  # (a static cache's offsets advanced by Q: the block sits at P..P+Q in every row)
         out = {}
         for r, block in blocks.items():

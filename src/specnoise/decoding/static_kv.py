@@ -12,7 +12,7 @@ of experiments/gpu/README.md). This engine removes the shape changes that stop c
   * crop = moving the write offset back; compaction = in-place index copies (``Engine.compact``).
 Longer blocks (a long prompt's prefill) run eagerly, unpadded, on the same cache. A lock-step batch (batch.py) runs on
 the engine's cache of its batch bucket (``batch_cache``: one per power of two of rows, kept for the engine's life), so
-its forwards are compiled, and graphed on CUDA, per (batch bucket, block bucket), once.
+its forwards are compiled, and graphed on CUDA, once per (batch bucket, block bucket) shape it meets.
 
 In transformers 5.17-5.24 (pyproject's range) each ``StaticLayer`` keeps its own write offset (``cumulative_length``,
 a tensor with a static address) and ignores ``cache_position``; the offsets always equal ``length`` between calls,
@@ -64,7 +64,9 @@ class StaticEngine(Engine):
         # lock-step batches (batch.py): a cache per batch bucket, kept for the engine's life, and per (batch bucket,
         # block bucket) its compiled forward's CUDA graph
         self._batches: dict[int, StaticCache] = {}
+        self._batch_ready: set[tuple[int, int]] = set()  # compiled (batch bucket, block bucket) shapes
         self._batch_graphs: dict[tuple[int, int], Graphed] = {}
+        self._batch_pool = None  # CUDA: the batch graphs' shared memory pool
         self._batch_step = self._batch_logits
         if compile:
             # one compilation per (bucket, capacity), and per (batch bucket, bucket, capacity) for batches (25 per
@@ -154,7 +156,8 @@ class StaticEngine(Engine):
     def _allocate(self, need: int) -> None:
         old, n = self.cache, self._length
         self.capacity = capacity_for(need, self.max_length, self.buckets[-1])
-        self._batches, self._batch_graphs = {}, {}  # sized for the old capacity: allocated again on their next use
+        # the batch caches were sized for the old capacity: allocated (and their shapes compiled) again on next use
+        self._batches, self._batch_ready, self._batch_graphs = {}, set(), {}
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
         self._length = 0
         # one eager one-token forward allocates every layer's tensors (with the shapes, dtype and device the model
@@ -198,63 +201,61 @@ class StaticEngine(Engine):
     def batch_cache(self, rows: int, need: int) -> StaticCache:
         """The cache of a lock-step batch (batch.py) whose ``rows`` is a batch bucket, every offset at 0, at this
         engine's capacity (grown to ``need`` plus a padded block first). One per bucket for the engine's life, so that
-        compiled forwards (and CUDA graphs, recorded over its tensors) serve every group; a batch calls this before
-        its clock starts, and the first call allocates the bucket and every smaller one (a batch moves its rows into
-        the smaller ones as they finish) and, compiling, compiles each for every block bucket: that time is
-        ``compile_seconds``. Memory: the buckets' caches together hold 2 x ``rows`` - 1 rows."""
+        compiled forwards (and CUDA graphs, recorded over its tensors) serve every group. The first call allocates the
+        bucket and every smaller one (a batch moves its rows into the smaller ones as they finish): together they hold
+        2 x ``rows`` - 1 rows."""
         self._ensure(need + self.buckets[-1])
-        if rows not in self._batches:
-            with numerics(self.model):
-                size = 1
-                while size <= rows:
-                    if size not in self._batches:
-                        self._add_batch(size)
-                    size *= 2
+        size = 1
+        while size <= rows:
+            if size not in self._batches:
+                cache = self._batches[size] = StaticCache(config=self.model.config, max_cache_len=self.capacity)
+                with numerics(self.model):  # one eager pad forward allocates the layers' tensors (as ``_allocate``)
+                    self._batch_logits(cache, *self._batch_inputs(size))
+            size *= 2
         cache = self._batches[rows]
         torch._foreach_zero_([layer.cumulative_length for layer in cache.layers])
         return cache
 
-    def _add_batch(self, rows: int) -> None:
-        cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
-        offsets = [layer.cumulative_length for layer in cache.layers]
-        # one eager pad forward allocates the layers' tensors (as ``_allocate`` does); its slot is then forgotten
-        self._batch_logits(cache, *self._batch_inputs(rows, 1))
-        self._batches[rows] = cache
-        if not self.compiled:
+    def _batch_inputs(self, rows: int) -> tuple[torch.Tensor, ...]:
+        """Ids, positions and mask of one pad token per row after an empty cache."""
+        zeros = torch.zeros(rows, 1, dtype=torch.long, device=self.device)
+        return zeros, zeros, attention_mask(zeros.view(-1), causal_block(1, self.device).repeat(rows, 1, 1), 0,
+                                            self.capacity, self.dtype)
+
+    @torch.inference_mode()
+    def prepare_batch(self, cache: StaticCache, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> None:
+        """Before a batch's forward, outside its clock: on a compiling engine, a (batch bucket, block bucket) shape met
+        for the first time is compiled now (``WARMUP_CALLS`` calls with these very inputs, each forgotten: they write
+        the slots the forward then writes) and, on CUDA, recorded as a CUDA graph over copies of them. Once per shape
+        for the engine's life, in practice in a benchmark's untimed warm-up; the time is ``compile_seconds``, which a
+        batch leaves out of its own (``Decoder.generate_batch``)."""
+        rows, q = ids.shape
+        if not self.compiled or q not in self.buckets or (rows, q) in self._batch_ready:
             return
         start = time.perf_counter()
-        pool = torch.cuda.graph_pool_handle() if self.graphs else None
-        for size in self.buckets:
-            inputs = self._batch_inputs(rows, size)
-            for _ in range(WARMUP_CALLS):
-                self._batch_step(cache, *inputs)
-                torch._foreach_add_(offsets, -size)
-            if pool is not None:  # recording does not run the forward: no offsets to move back
-                self._batch_graphs[rows, size] = Graphed(functools.partial(self._batch_step, cache), pool).record(
-                    *inputs)
-        if self.device.type == "cuda":
+        offsets = [layer.cumulative_length for layer in cache.layers]
+        for _ in range(WARMUP_CALLS):
+            self._batch_step(cache, ids, pos, mask)
+            torch._foreach_add_(offsets, -q)
+        if self.graphs:  # recording does not run the forward: no offsets to move back
+            self._batch_pool = self._batch_pool or torch.cuda.graph_pool_handle()
+            self._batch_graphs[rows, q] = Graphed(functools.partial(self._batch_step, cache), self._batch_pool).record(
+                ids.clone(), pos.clone(), mask.clone())
             torch.cuda.synchronize(self.device)
+        self._batch_ready.add((rows, q))
         self.compile_seconds += time.perf_counter() - start
-
-    def _batch_inputs(self, rows: int, size: int) -> tuple[torch.Tensor, ...]:
-        """Ids, positions and mask of a ``rows`` x ``size`` block after an empty cache, built as ``BatchKV.forward``
-        builds a batch's (the same shapes, dtypes and strides: what compiled forwards are specialised on)."""
-        cached = torch.zeros(rows, dtype=torch.long, device=self.device)
-        keep = causal_block(size, self.device).repeat(rows, 1, 1)
-        return (torch.zeros(rows, size, dtype=torch.long, device=self.device), cached[:, None].repeat(1, size),
-                attention_mask(cached, keep, 0, self.capacity, self.dtype))
 
     def batch_forward(self, cache: StaticCache, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
                       last: int) -> torch.Tensor:
         """A lock-step batch's forward over its ``cache`` (from ``batch_cache``): ids and positions [rows, q], the mask
-        [rows, 1, q, capacity]; the logits of every row's last ``last`` tokens, [rows, last, vocab]. A block of a
-        bucket's size on a compiling engine runs the bucket's compiled forward (its CUDA graph on CUDA), which keeps
-        every token's logits (``logits_to_keep`` would be one more specialisation: at most rows x the largest bucket,
-        never a prompt's length); any other runs eagerly and keeps the last ``last`` only."""
+        [rows, 1, q, capacity]; the logits of every row's last ``last`` tokens, [rows, last, vocab]. A shape that
+        ``prepare_batch`` compiled runs compiled (its CUDA graph on CUDA) and keeps every token's logits
+        (``logits_to_keep`` would be one more specialisation: at most rows x the largest bucket, never a prompt's
+        length); any other runs eagerly and keeps the last ``last`` only."""
         rows, q = ids.shape
         if (rows, q) in self._batch_graphs:  # a copy: the next replay overwrites the graph's output
             return self._batch_graphs[rows, q](ids, pos, mask)[:, q - last:].to(torch.float32, copy=True)
-        if self.compiled and q in self.buckets:
+        if (rows, q) in self._batch_ready:
             return self._batch_step(cache, ids, pos, mask)[:, q - last:]
         kwargs = {"logits_to_keep": last} if self.can_keep_last else {}
         return self._batch_logits(cache, ids, pos, mask, **kwargs)[:, -last:]
