@@ -181,20 +181,29 @@ class StaticEngine(Engine):
         per-call bookkeeping (torch.compile's own CUDA-graph mode spent ~0.3 ms of host time per call on those, as
         much as the tiny model's whole forward). The slots the warm-up writes are junk that the mask hides and the
         next forwards overwrite."""
-        start = time.perf_counter()
         self._graphs = {}
         pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
         for size in self.buckets:
             inputs = (torch.zeros(size, dtype=torch.long, device=self.device),
                       torch.arange(size, device=self.device), self._mask(0, causal_block(size, self.device)))
-            for _ in range(WARMUP_CALLS):
-                self._step(*inputs)
-                self._shift(-size)
-            if pool is not None:  # recording does not run the forward: no offsets to move back
-                self._graphs[size] = Graphed(self._step, pool).record(*inputs)
+            graph = self._trace(self._step, inputs, self._offsets, pool)
+            if graph is not None:
+                self._graphs[size] = graph
+
+    def _trace(self, step, inputs: tuple[torch.Tensor, ...], offsets: list[torch.Tensor], pool) -> Graphed | None:
+        """Compile ``step`` (a compiled forward) for ``inputs``: ``WARMUP_CALLS`` calls, each forgotten (the cache's
+        write ``offsets`` moved back by the block), then, given a CUDA graph ``pool``, record it over ``inputs`` as a
+        CUDA graph (None without one). The time goes to ``compile_seconds``."""
+        start = time.perf_counter()
+        for _ in range(WARMUP_CALLS):
+            step(*inputs)
+            torch._foreach_add_(offsets, -inputs[0].shape[-1])
+        # recording does not run the forward: no offsets to move back
+        graph = None if pool is None else Graphed(step, pool).record(*inputs)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.compile_seconds += time.perf_counter() - start
+        return graph
 
     # ------------------------------------------------------------------------------------------ batches
     @torch.inference_mode()
@@ -225,25 +234,20 @@ class StaticEngine(Engine):
     @torch.inference_mode()
     def prepare_batch(self, cache: StaticCache, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> None:
         """Before a batch's forward, outside its clock: on a compiling engine, a (batch bucket, block bucket) shape met
-        for the first time is compiled now (``WARMUP_CALLS`` calls with these very inputs, each forgotten: they write
-        the slots the forward then writes) and, on CUDA, recorded as a CUDA graph over copies of them. Once per shape
+        for the first time is compiled now (``_trace``, on copies of these very inputs: the warm-up calls write the
+        slots the forward then writes) and, on CUDA, recorded as a CUDA graph over those copies. Once per shape
         for the engine's life, in practice in a benchmark's untimed warm-up; the time is ``compile_seconds``, which a
         batch leaves out of its own (``Decoder.generate_batch``)."""
         rows, q = ids.shape
         if not self.compiled or q not in self.buckets or (rows, q) in self._batch_ready:
             return
-        start = time.perf_counter()
-        offsets = [layer.cumulative_length for layer in cache.layers]
-        for _ in range(WARMUP_CALLS):
-            self._batch_step(cache, ids, pos, mask)
-            torch._foreach_add_(offsets, -q)
-        if self.graphs:  # recording does not run the forward: no offsets to move back
-            self._batch_pool = self._batch_pool or torch.cuda.graph_pool_handle()
-            self._batch_graphs[rows, q] = Graphed(functools.partial(self._batch_step, cache), self._batch_pool).record(
-                ids.clone(), pos.clone(), mask.clone())
-            torch.cuda.synchronize(self.device)
+        if self.graphs and self._batch_pool is None:
+            self._batch_pool = torch.cuda.graph_pool_handle()
+        graph = self._trace(functools.partial(self._batch_step, cache), (ids.clone(), pos.clone(), mask.clone()),
+                            [layer.cumulative_length for layer in cache.layers], self._batch_pool)
+        if graph is not None:
+            self._batch_graphs[rows, q] = graph
         self._batch_ready.add((rows, q))
-        self.compile_seconds += time.perf_counter() - start
 
     def batch_forward(self, cache: StaticCache, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
                       last: int) -> torch.Tensor:
