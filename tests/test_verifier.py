@@ -9,7 +9,7 @@ import torch
 
 from specnoise.config import ARConfig
 from specnoise.decoding.kv import DynamicEngine
-from specnoise.decoding.verifier import Proposal, Verifier, chain_shape, prompt_seed, tree_shape
+from specnoise.decoding.verifier import Proposal, Step, Verifier, chain_shape, prompt_seed, tree_shape
 
 TRIALS = 4000
 THRESHOLD = 0.05  # TV of 4000 exact draws over <= 6 outcomes is ~0.015; the wrong samplers are > 0.1 away
@@ -74,6 +74,17 @@ def test_tree_step_keeps_only_the_accepted_paths_kv(target):
     assert kv.length == len(prefix) + 2  # root + two accepted nodes; the bonus has no KV yet
     ref = DynamicEngine(target.model).forward(prefix + [y[-1], second, v.tokens[2]])[-1]
     assert torch.allclose(kv.forward([v.tokens[2]])[-1], ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_a_hook_reads_each_rows_own_logits_at_its_block_rows(B):
+    logits = torch.randn(B, 7, 11)
+    at = torch.randint(0, 7, (B, 4))
+    got = Step(logits, *[None] * 5).logits_at(at)
+    assert got.shape == (B, 4, 11)
+    for b in range(B):
+        for j in range(4):
+            assert torch.equal(got[b, j], logits[b, at[b, j]])
 
 
 def test_per_prompt_seeds_differ_by_prompt_and_seed():

@@ -103,7 +103,7 @@ class KeepDraws:
     def __call__(self, step):
         read, _ = self.inner(step)
         at = self.at[step.path.clamp(min=0)]  # block row of each path input (padding: the root's), [B, span]
-        return read, warp(fit_vocab(step.logits.take_along_dim(at[..., None], 1), self.vocab), self.cfg)
+        return read, warp(fit_vocab(step.logits_at(at), self.vocab), self.cfg)
 
 
 class Ouroboros(Drafter):

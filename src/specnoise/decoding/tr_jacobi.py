@@ -101,7 +101,7 @@ class Tables:
         each rejected node of the best path, one row per depth."""
         tree = self.tree
         after = self.path.index_select(0, step.best).gather(1, step.a[:, None] + self.ahead)  # [B, rows read]
-        top = step.logits.take_along_dim(after.clamp(min=0)[..., None], 1).topk(self.k, dim=-1).indices
+        top = step.logits_at(after.clamp(min=0)).topk(self.k, dim=-1).indices
         C = F.pad(torch.where(after[..., None] >= 0, top, -1),
                   (0, tree.width - self.k, 0, tree.depth - after.shape[1]), value=-1)
         return (step.right if self.stats else None), C
