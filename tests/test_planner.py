@@ -16,6 +16,7 @@ from transformers.cache_utils import DynamicCache
 from helpers_models import save_tiny_model
 from specnoise.config import DECODER_SCHEMAS, ARConfig, ConfigError, ModelConfig, UserError
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
+from specnoise.decoding.kv import cache_keyword
 from specnoise.models import load_model
 from specnoise.planner import KNOWN_CONFIGS, count_parameters, footprint, kv_bytes_per_token, parse_size, plan
 from test_config import compose_object
@@ -41,7 +42,7 @@ def test_counts_match_the_real_model(tmp_path, family, tied):
     model = AutoModelForCausalLM.from_pretrained(path)
     assert count_parameters(config) == sum(p.numel() for p in model.parameters())
     cache, tokens = DynamicCache(), 7
-    model(torch.arange(3, 3 + tokens)[None], past_key_values=cache, use_cache=True)
+    model(torch.arange(3, 3 + tokens)[None], **{cache_keyword(model): cache}, use_cache=True)  # the version's name
     held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
     assert kv_bytes_per_token(config, 4) * tokens == held
 
