@@ -804,7 +804,9 @@ def test_a_curve_prices_a_forward_at_its_context(target, tmp_path, monkeypatch):
     # a draft model's curve reaches further over the short context: its catch-up over a whole prompt
     reaching = Curve(DynamicEngine(target.model), context=cost.NEAR_SPAN + 40, largest=4, cache_dir=None, reach=150)
     assert max(reaching.near[TREE]) == max(reaching.near[CHAIN]) == 150 and max(reaching.times[CHAIN]) == 4
-    assert reaching(150, CHAIN, 0) == pytest.approx(reaching.near[CHAIN][150], rel=0.05)
+    # (priced by the short context's fit, not its raw probe: on a loaded machine the fit pools a 150-token probe that
+    # timed cheaper than a shorter one with it, and the price moved 8% off the probe)
+    assert reaching(150, CHAIN, 0) == pytest.approx(interpolate(reaching.near[CHAIN])(150))
 
     def no_probe(*args, **kwargs):
         raise AssertionError("a cached curve must not be probed again")
