@@ -182,7 +182,7 @@ class StaticEngine(Engine):
         much as the tiny model's whole forward). The slots the warm-up writes are junk that the mask hides and the
         next forwards overwrite."""
         self._graphs = {}
-        pool = torch.cuda.graph_pool_handle() if self.device.type == "cuda" else None
+        pool = torch.cuda.graph_pool_handle() if self.graphs else None
         for size in self.buckets:
             inputs = (torch.zeros(size, dtype=torch.long, device=self.device),
                       torch.arange(size, device=self.device), self._mask(0, causal_block(size, self.device)))

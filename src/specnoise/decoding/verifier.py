@@ -169,6 +169,7 @@ class Step(NamedTuple):
         flattened: a gather over an index expanded to the vocabulary (or ``take_along_dim``, which also wraps the
         index) costs ~3x as much on the CPU, ~0.1-0.2 ms of a TR-Jacobi step's verify."""
         B, Q, V = self.logits.shape
+        # each row's offset into the flattened rows (alone it is 0: a step at batch 1 skips the two ops)
         rows = at + torch.arange(0, B * Q, Q, device=at.device)[:, None] if B > 1 else at
         return self.logits.reshape(B * Q, V).index_select(0, rows.reshape(-1)).view(B, -1, V)
 
