@@ -8,9 +8,6 @@ generations take; here each is switched off in one copy of a decoder and left on
   Ouroboros).
 - ``times``: each step's host work priced and each exploration judged by its own time (calibration.py
   ``StepTimes``) vs by the prices alone; for any drafter.
-- ``line``: a step's host work priced as a line in the tokens its target forward feeds (calibration.py ``Line``: a
-  tree's top-k and verify grow with it) vs one figure per kind of step (the line's slope switched off); for any
-  drafter.
 - ``attention``: not a calibration: the models loaded with ``attn_implementation=sdpa_gqa`` (attention.py: no copy of
   the KV cache per query head under a mask, as every tree and batched forward has) in the switched-on copy, ``sdpa``
   in the other (AR runs on ``sdpa``: its one-token and prefill forwards take neither copy).
@@ -23,7 +20,7 @@ one process, the order reversed from prompt to prompt and repeat to repeat; per 
 prompt (group), summed, AR's over the decoder's (its speedup), the slowest prompt's (group's), and whether every
 token equals AR's. The curves come from
 ``--cost-cache`` (probed there on first use). Usage: python experiments/hardware-aware/auto_ab.py
-[spec_bench|humaneval] [--switch scale|times|line|attention] [--batch 1] [--limit N]
+[spec_bench|humaneval] [--switch scale|times|attention] [--batch 1] [--limit N]
 [--decoders speculative,ouroboros] [--repeats 3] [--cost-cache outputs/cost_cache]
 """
 
@@ -40,7 +37,6 @@ from specnoise.bench.datasets import dialogue_text, load_samples
 from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, BenchmarkConfig, ModelConfig
 from specnoise.data.templates import encode_prompt
 from specnoise.decoding.base import build_decoder, decoder_class
-from specnoise.decoding.calibration import Line
 from specnoise.models import context_length, load_model
 
 NEW_TOKENS = 128
@@ -54,18 +50,8 @@ def switch_off(decoder, switch: str) -> None:
     """``decoder`` without the calibration ``switch``, from its first generation on (its controller exists then)."""
     if switch == "scale":
         decoder.calibrate = lambda fed: None  # draft_scale stays 1: the curve's prices alone
-    elif switch == "line":
-        times = decoder.auto.times
-        for line in times.host + times.after if times is not None else ():
-            line.__class__ = Mean  # (what the warm-up taught it kept)
     else:
         decoder.auto.times = None  # prices alone, explorations judged by their price
-
-
-class Mean(Line):
-    """A ``Line`` without its slope: every step of a kind priced at their weighted mean."""
-
-    slope = 0.0
 
 
 def load(name: str, attention: str = "sdpa"):
@@ -127,8 +113,7 @@ def main(bench_name: str, switch: str, names: list[str], repeats: int, cost_cach
     print(f"{bench_name}: {len(prompts)} prompts (first turns), {NEW_TOKENS} new tokens, {repeats} repeats, "
           f"batch {batch} ({len(units)} timed units), '{switch}' off in NAME, on in NAME+{switch}; every token "
           f"equal to AR's: {same}\n")
-    print("| decoder | draft scale | host ms (AR / drafted step; us per drafted token) | target forwards | "
-          "draft forwards | seconds | "
+    print("| decoder | draft scale | host ms (AR / drafted step) | target forwards | draft forwards | seconds | "
           "speedup vs AR | slowest unit |")
     print("|---|---|---|---|---|---|---|---|")
     median = {key: statistics.median(times) for key, times in seconds.items()}
@@ -137,9 +122,7 @@ def main(bench_name: str, switch: str, names: list[str], repeats: int, cost_cach
         decoder = decoders[column]
         scale = f"{decoder.draft_scale:.2f}" if decoder.draft is not None else ""
         times = decoder.auto.times if decoder.auto is not None else None
-        host = " / ".join(f"{x:.2f}" if x is not None else "-" for x in map(Line.ms, times.host)) if times else ""
-        if times:
-            host += f"; {times.describe()['host_us_per_drafted_token']}"
+        host = " / ".join(f"{x * 1e3:.2f}" if x is not None else "-" for x in times.host) if times else ""
         print(f"| {column} | {scale} | {host} | {forwards[column, 'target']} | {forwards[column, 'draft']} | "
               f"{total[column]:.2f} | {total['ar'] / total[column]:.3f} | "
               f"{min(median['ar', i] / median[column, i] for i in range(len(units))):.3f} |")
@@ -156,7 +139,7 @@ def main(bench_name: str, switch: str, names: list[str], repeats: int, cost_cach
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("benchmark", nargs="?", default="spec_bench", choices=sorted(BENCHMARKS))
-    parser.add_argument("--switch", default="scale", choices=("scale", "times", "line", "attention"))
+    parser.add_argument("--switch", default="scale", choices=("scale", "times", "attention"))
     parser.add_argument("--batch", type=int, default=1, help="rows decoded together (groups of similar length)")
     parser.add_argument("--limit", type=int, default=0, help="the first N prompts (default: the benchmark's subset)")
     parser.add_argument("--decoders", default="speculative,ouroboros", help="comma-separated drafters")

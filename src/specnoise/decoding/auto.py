@@ -11,12 +11,10 @@ parent's path was, p(node) = p(parent) x that rate (a node's children's rates ad
 most is right), and verifies the k nodes (or the prefix of k) that maximise
 expected accepted tokens per second,
 
-    (1 + p_1 + ... + p_k) / (t(1 + extra + k) + h(1 + extra + k) + draft_cost(k)
-                             + (1 + p_1 + ... + p_k) x catch_up / room),
+    (1 + p_1 + ... + p_k) / (t(1 + extra + k) + h + draft_cost(k) + (1 + p_1 + ... + p_k) x catch_up / room),
 
 with t the target curve at the step's context (``extra``: rows fed beside the tree, Lookahead's window), h the host work
-a step of its kind (AR, k = 0, or drafted) that feeds that many tokens carried in this run (a line in the tokens:
-``calibration.StepTimes``; 0 without step times),
+a step of its kind (AR, k = 0, or drafted) carried in this run (``calibration.StepTimes``; 0 without step times),
 ``draft_cost`` what drafting k tokens costs a draft model (its curve times what the run's draft forwards take over their
 price, relative to the target's: ``calibration.DraftScale``), and ``catch_up`` what it costs, beyond that, to feed the
 draft model first the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the
@@ -100,7 +98,6 @@ RERANK_MAX = 32
 # a fixed sample of the steps (whatever their outcome: unbiased), forgetting per observation as ever, so over more
 # steps. Observing a 68-node pick at every step was ~40% of the controller's host time per step there
 OBSERVE_KEPT = 4
-NO_HOST = (0.0, 0.0)  # a step's host work without step times (``Controller.host``)
 ALL = 1 << 30  # a kept prefix of every candidate, however many the next steps have (``Controller.kept_pick``)
 
 
@@ -340,24 +337,21 @@ class Controller:
         for nodes in self.streams.values() if self.backoff and self.catch_up is None else ():
             nodes.explore.restart()
 
-    def host(self, drafted: bool, whole: bool = False) -> tuple[float, float]:
-        """(fixed, per token): host seconds of a step of this kind outside its forwards, after its choice (``whole``:
-        all of them), as a line in the tokens its target forward feeds (``calibration.StepTimes``; 0 without step
-        times)."""
-        return self.times.step_host(drafted, whole) if self.times is not None else NO_HOST
+    def host(self, drafted: bool, whole: bool = False) -> float:
+        """Host seconds of a step of this kind outside its forwards, after its choice (``whole``: all of them;
+        ``calibration.StepTimes``; 0 without step times)."""
+        return self.times.step_host(drafted, whole) if self.times is not None else 0.0
 
     def ar_price(self, kind: str = CHAIN, extra: int = 0, whole: bool = False) -> float:
         """Seconds of an AR step: its forward and its host work (after the choice; ``whole``: all of it)."""
-        fixed, per_token = self.host(False, whole)
-        return self.t(1 + extra, kind) + fixed + per_token * (1 + extra)
+        return self.t(1 + extra, kind) + self.host(False, whole)
 
     def spend(self, stream: str, k: int, kind: str, extra: int, tokens: float) -> float:
         """Seconds of a step that verifies ``k`` candidates and is expected to emit ``tokens``: the target's forward,
         its host work, the drafting of them and the tokens' share of the draft model's catch-up."""
         if not k:
             return self.ar_price(kind, extra)
-        fixed, per_token = self.host(True)
-        spent = self.t(1 + extra + k, kind) + fixed + per_token * (1 + extra + k)
+        spent = self.t(1 + extra + k, kind) + self.host(True)
         return spent + self.draft_cost(stream, k) + tokens * self.share(stream) if self.draft_cost else spent
 
     def behind(self, stream: str) -> float:
@@ -511,11 +505,7 @@ class Controller:
         price = self.price_list(kind, extra, max(sizes, default=0))
         draft = self.draft_cost
         share = self.share(stream)
-        fixed, per_token = self.host(True, whole)
-        if per_token:  # (a tree's host work grows with it: calibration.StepTimes)
-            price = [x + fixed + per_token * (1 + extra + k) for k, x in enumerate(price)]
-        else:
-            price = [x + fixed for x in price] if fixed else price
+        host = self.host(True, whole)
         best, best_rate, gain, done = 0, 1.0 / self.ar_price(whole=whole), 1.0, 0
         for k in sizes:
             if k == 0:
@@ -525,7 +515,7 @@ class Controller:
             else:
                 gain += sum(max(p[i], 0.0) for i in order[done:k])
             done = k
-            rate = gain / (price[k] + draft(stream, k) + gain * share) if draft else gain / price[k]
+            rate = gain / (price[k] + host + draft(stream, k) + gain * share) if draft else gain / (price[k] + host)
             if rate > best_rate:
                 best, best_rate = k, rate
         return best, best_rate
@@ -656,10 +646,10 @@ class Controller:
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
 
     def timed(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float,
-              before: float = 0.0, tokens: int = 1) -> None:
+              before: float = 0.0) -> None:
         """A step is done (batch 1, with ``times``): ``StepTimes.add``'s figures. Judges the step's exploration by its
         time against an AR step's."""
-        self.times.add(seconds, forwards, drafted, measured, priced, before, tokens)
+        self.times.add(seconds, forwards, drafted, measured, priced, before)
         if self.judging is not None and self.times.ar_seconds:
             nodes, stream, tokens, size, lost = self.judging
             self.judging = None

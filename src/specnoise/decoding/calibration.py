@@ -13,7 +13,6 @@ from the prices alone):
 
 from __future__ import annotations
 
-import math
 import time
 
 from specnoise.decoding.cost import Curve, price
@@ -66,14 +65,10 @@ class StepTimes:
     (``Controller.times``; ``Decoder.steps`` times each step after the first). Two things the curve does not see:
 
     - **Host work** per step outside the forwards (the drafter's candidates, the verify ops, the KV commit, the
-      controller itself), kept per kind of step, AR and drafted, as a line in the tokens the step's target forwards
-      fed (``Line``), and priced on top of the forwards. On the shipped small-code-msn (one thread, ~4.7 ms AR step)
-      an AR step carries 0.27 ms, a tree drafter's drafted step 0.7-0.8 ms, speculative decoding's 0.86 ms and an
-      Ouroboros lookahead step 2.8 ms. A tree's host work grows with it (the top-k of every block row, the verify
-      over every node): on Spec-Bench SAM's drafted steps of 11-20 tokens carried 1.3 ms and those of 21 or more 2.5
-      ms (Token Recycling's 2-10 tokens 1.5 ms, 11-20 1.9 ms), so one figure per drafted step priced a large tree's
-      host work as a small one's. In curve seconds: divided by what the steps' target forwards take over their price
-      (``pace``: the curve is the fastest of several probes).
+      controller itself), kept per kind of step, AR and drafted, and priced on top of the forwards. On the shipped
+      small-code-msn (one thread, ~4.7 ms AR step) an AR step carries 0.27 ms, a tree drafter's drafted step 0.7-0.8
+      ms, speculative decoding's 0.86 ms and an Ouroboros lookahead step 2.8 ms. In curve seconds: divided by what
+      the steps' target forwards take over their price (``pace``: the curve is the fastest of several probes).
     - **An exploration's worth**, judged by its own wall time against an AR step's (``ar_seconds``), not by its price:
       on Spec-Bench-10 Ouroboros' explorations took 1.37x their price (a draft model's catch-up over the prompt, its
       host work) and 24 of 45 "paid" by their price against 9 by their time, so its gap never backed off, and its
@@ -83,100 +78,51 @@ class StepTimes:
     REST's corpus search) is sunk when the choice is made: the choice prices what comes after it (``after``), and only
     ``Controller.idle``, asked before the lookup, the whole step. Priced whole at the choice, REST's drafted steps
     looked 0.6 ms dearer than its AR steps where 0.3 ms was still to spend, and it ran 3% slower on HumanEval-10 (two
-    side-by-side runs). Every figure forgets the past with weight ``STEP_FORGET`` per step of its kind."""
+    side-by-side runs). Each mean forgets the past with weight ``STEP_FORGET`` per step of its kind."""
 
     def __init__(self):
         self.ar_seconds: float | None = None  # an AR step's wall seconds
         self.pace: float | None = None  # the target forwards' seconds over their price
-        self.host = [Line(), Line()]  # host seconds of an AR step, of a drafted step (curve units), per token fed
-        self.after = [Line(), Line()]  # ... of their host seconds, those after the choice
+        self.host: list[float | None] = [None, None]  # host seconds of an AR step, of a drafted step (curve units)
+        self.after: list[float | None] = [None, None]  # ... of their host seconds, those after the choice
 
     def add(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float,
-            before: float = 0.0, tokens: int = 1) -> None:
+            before: float = 0.0) -> None:
         """One step: its wall ``seconds``, the seconds inside its forwards (the draft's too), whether it drafted, its
-        target forwards' seconds and price, the seconds before its controller chose (no forward runs before) and the
-        tokens its target forwards fed."""
+        target forwards' seconds and price, and the seconds before its controller chose (no forward runs before)."""
         if not drafted:
             self.ar_seconds = mean(self.ar_seconds, seconds)
         if priced > 0:
             self.pace = mean(self.pace, measured / priced)
         if self.pace:
             host = max(seconds - forwards, 0.0)
-            self.host[drafted].add(tokens, host / self.pace)
-            self.after[drafted].add(tokens, max(host - before, 0.0) / self.pace)
+            self.host[drafted] = mean(self.host[drafted], host / self.pace)
+            self.after[drafted] = mean(self.after[drafted], max(host - before, 0.0) / self.pace)
 
-    def step_host(self, drafted: bool, whole: bool = False) -> tuple[float, float]:
-        """(fixed, per token): the host seconds a step of this kind carries after its choice (``whole``: all of them)
-        are fixed + per token x the tokens its target forwards feed; a drafted step's: an AR step's until one was
-        timed."""
+    def step_host(self, drafted: bool, whole: bool = False) -> float:
+        """Host seconds a step of this kind carries after its choice (``whole``: all of them); a drafted step's: an
+        AR step's until one was timed."""
         ar, draft = self.host if whole else self.after
-        return (draft if drafted and draft.weight else ar).line()
+        return (draft if drafted and draft is not None else ar) or 0.0
 
     def key(self) -> tuple:
-        """The host work's prices to 0.1 ms (and 1 us per token): a ranking that rested on them holds while they stay
-        there (``Controller.choose``: they move a little at every step)."""
-        return tuple(line.key() for line in self.after)
+        """The host work's prices to 0.1 ms: a ranking that rested on them holds while they stay there
+        (``Controller.choose``: they move a little at every step)."""
+        return tuple(None if h is None else round(h * 1e4) for h in self.after)
 
     def describe(self) -> dict:
         ar, draft = self.host
-        return {"host_ms": {"ar_step": ar.ms(), "drafted_step": draft.ms()},
-                "host_us_per_drafted_token": round(draft.slope * 1e6, 2) if draft.weight else None,
+        return {"host_ms": {"ar_step": None if ar is None else round(ar * 1e3, 3),
+                            "drafted_step": None if draft is None else round(draft * 1e3, 3)},
                 "ar_step_ms": None if self.ar_seconds is None else round(self.ar_seconds * 1e3, 3)}
 
 
 STEP_FORGET = 0.95  # weight of the past per step in ``StepTimes`` (a half-life of ~14 steps of the kind)
-# a drafted steps' line has a slope once their token counts spread this much (a variance, in tokens^2: a chain of one
-# fixed size, or an AR step's, is a mean) and the slope is this many standard errors above 0
-SPREAD, SIGNIFICANT = 1.0, 2.0
 
 
 def mean(past: float | None, x: float) -> float:
     """``StepTimes``' forgetting mean: ``x`` alone at first."""
     return x if past is None else STEP_FORGET * past + (1 - STEP_FORGET) * x
-
-
-class Line:
-    """Host seconds of a kind of step against the tokens its target forwards fed: the least-squares line through its
-    steps, each weighted ``STEP_FORGET`` per later step; its slope only where the data show one (at least ``SIGNIFICANT``
-    standard errors above 0, the tokens spread ``SPREAD`` or more), else the steps' weighted mean. Host times jitter
-    by a tenth of a millisecond from step to step, and a slope cut at 0 but kept wherever noise made it positive would
-    price drafting dearer than it is: REST on HumanEval-10 learnt 67 us per token that way and ran 5% slower."""
-
-    def __init__(self):
-        self.weight = self.q = self.h = self.qq = self.qh = self.hh = 0.0  # the forgetting sums of 1, q, h, q^2, qh, h^2
-
-    def add(self, q: float, h: float) -> None:
-        f = STEP_FORGET
-        self.weight, self.q, self.h = self.weight * f + 1, self.q * f + q, self.h * f + h
-        self.qq, self.qh, self.hh = self.qq * f + q * q, self.qh * f + q * h, self.hh * f + h * h
-
-    @property
-    def slope(self) -> float:
-        w = self.weight
-        spread = self.qq - self.q * self.q / w if w else 0.0  # the weighted sum of (q - mean q)^2
-        if w <= 2 or spread < SPREAD * w:
-            return 0.0
-        slope = (self.qh - self.q * self.h / w) / spread
-        if slope <= 0:
-            return 0.0
-        residual = self.hh - self.h * self.h / w - slope * slope * spread  # the weighted sum of the residuals^2
-        error = math.sqrt(max(residual, 0.0) / (w - 2) / spread)  # the slope's standard error
-        return slope if slope > SIGNIFICANT * error else 0.0
-
-    def line(self) -> tuple[float, float]:
-        """(intercept, slope): a step that feeds q tokens carries intercept + slope x q host seconds ((0, 0) before any
-        step)."""
-        if not self.weight:
-            return 0.0, 0.0
-        slope = self.slope
-        return (self.h - slope * self.q) / self.weight, slope
-
-    def key(self) -> tuple | None:
-        return (round(self.h / self.weight * 1e4), round(self.slope * 1e6)) if self.weight else None
-
-    def ms(self) -> float | None:
-        """The mean step's host milliseconds."""
-        return round(self.h / self.weight * 1e3, 3) if self.weight else None
 
 
 class StepTimer:
@@ -201,10 +147,8 @@ class StepTimer:
         target, *draft = (clock.host[n:] for clock, n in zip(self.clocks, laps))
         drafts = draft[0] if draft else []
         decoder, curve, auto = self.decoder, self.decoder.curves["target"], self.decoder.auto
-        forwards = decoder.target.forward_log[logged:]
-        priced = price(forwards, curve)
+        priced = price(decoder.target.forward_log[logged:], curve)
         # (a drafter proposes before any of the step's forwards: what it did before the choice is host work)
         before = auto.chose - self.started if auto.chose is not None and auto.chose >= self.started else 0.0
         auto.chose = None
-        auto.timed(seconds, sum(target) + sum(drafts), proposed or bool(drafts), sum(target), priced, before,
-                   sum(forward[0] for forward in forwards))
+        auto.timed(seconds, sum(target) + sum(drafts), proposed or bool(drafts), sum(target), priced, before)
