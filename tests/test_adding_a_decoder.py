@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from conftest import prompts
 from helpers_decoding import ar
 from specnoise.config import ARConfig, DecoderConfig
-from specnoise.decoding.base import Decoder, Drafter, build_decoder
+from specnoise.decoding.base import Decoder, build_decoder
+from specnoise.decoding.drafter import Drafter
 
 
 class RepeatLast(Drafter):

@@ -3,7 +3,7 @@ verifier's draw at the root is the next token."""
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Drafter
+from specnoise.decoding.drafter import Drafter
 
 
 class AR(Drafter):

@@ -7,8 +7,8 @@ token two places after the last accepted one, so the refreshed chain converges o
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Drafter
 from specnoise.decoding.cost import CHAIN
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.ngram import ahead_noise
 from specnoise.decoding.verifier import Proposal, read_argmax
 

@@ -17,8 +17,8 @@ from typing import NamedTuple
 import torch
 
 from specnoise.decoding.auto import Backoff
-from specnoise.decoding.base import Drafter
 from specnoise.decoding.cost import CHAIN, TREE
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.ngram import NGramPool, ahead_noise
 from specnoise.decoding.verifier import Proposal, Shape, tree_shape
 

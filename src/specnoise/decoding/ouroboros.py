@@ -24,8 +24,8 @@ from functools import lru_cache, partial
 
 import torch
 
-from specnoise.decoding.base import Drafter
 from specnoise.decoding.cost import TREE
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.kv import Read
 from specnoise.decoding.lookahead import Window
 from specnoise.decoding.ngram import NGramPool

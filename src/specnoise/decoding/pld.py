@@ -7,8 +7,8 @@ and each step verifies the looked-up span in one causal forward. With no match a
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Drafter
 from specnoise.decoding.cost import CHAIN
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.ngram import prompt_lookup
 
 

@@ -19,8 +19,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from specnoise.decoding.base import Drafter
 from specnoise.decoding.corpus import open_datastore
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.verifier import Proposal, tree_shape
 from specnoise.errors import ConfigError
 

@@ -20,9 +20,9 @@ the match threshold and draft length are plain config values, not tuned per mode
 
 from __future__ import annotations
 
-from specnoise.decoding.base import Drafter
 from specnoise.decoding.corpus import open_datastore
 from specnoise.decoding.cost import CHAIN
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.token_recycling import TokenRecycling
 
 

@@ -15,8 +15,8 @@ from functools import partial
 
 import torch
 
-from specnoise.decoding.base import Drafter
 from specnoise.decoding.cost import CHAIN
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.kv import Engine, Forward
 from specnoise.decoding.sampling import fit_vocab, greedy, sample, warp
 from specnoise.decoding.verifier import Proposal, prompt_generator

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specnoise.decoding.base import Drafter
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.kv import upload, upload_tables
 from specnoise.decoding.trees import build_tree
 from specnoise.decoding.verifier import Proposal, chain_shape, tree_shape

@@ -24,8 +24,8 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from specnoise.decoding.base import Drafter
 from specnoise.decoding.cost import TREE, Curve, interpolate, measure_forward_costs
+from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.kv import upload
 from specnoise.decoding.ngram import ahead_noise, suffix_continuation
 from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, Tree, best_size, build_tree, sub_tree
