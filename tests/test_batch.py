@@ -17,6 +17,7 @@ import torch
 from conftest import VOCAB, make_model
 from helpers_decoding import PROMPT, SAMPLES, TV_MAX, V, ar, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS
+from specnoise.decoding import batch
 from specnoise.decoding.base import DECODER_MODULES, build_decoder
 from specnoise.decoding.batch import BatchKV
 from specnoise.decoding.kv import DynamicEngine
@@ -229,6 +230,30 @@ def test_a_groups_first_forward_feeds_its_rows_alone_where_padding_would_dominat
             assert all(rows == len(ps) for rows, _ in fed[len(first):][:3]), fed  # then batched
     finally:
         hook.remove()
+
+
+@pytest.mark.parametrize("name", ["ouroboros", "speculative"])
+def test_a_draft_forward_computes_only_the_rows_that_ask(name, target, draft, monkeypatch):
+    """On the dynamic engine a draft model's batched forward runs over the rows still drafting only (``SKIP_IDLE``):
+    the rows it computes, summed over its forwards, are the rows' own draft forwards, where pads would add the rows
+    that wait for the target; the tokens are AR's either way."""
+    ps = batch_prompts(5, lengths=(6, 14, 30))
+    fed = []
+    hook = draft.model.register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    rows = {}
+    try:
+        for skip in (True, False):
+            monkeypatch.setattr(batch, "SKIP_IDLE", skip)
+            fed.clear()
+            outs = build_decoder(schema(name), target, draft).generate_batch(ps, NEW_TOKENS)
+            assert [out.tokens for out in outs] == [ar(target, p, NEW_TOKENS) for p in ps]
+            rows[skip] = (sum(fed), sum(out.draft_forwards for out in outs))
+    finally:
+        hook.remove()
+    computed, own = rows[True]
+    assert computed == own
+    assert rows[False][0] > rows[False][1] == own  # pads: rows computed that did not ask; the same own forwards
 
 
 INDEPENDENT = ["jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "sam", "rest", "speculative", "ouroboros"]

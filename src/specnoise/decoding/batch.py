@@ -1,15 +1,15 @@
 """Batches: B prompts decoded together in lock-step, each row by its own drafter and verifier; every model forward and
 every host read is batched, and no thread runs.
 
-Each row runs the ordinary decode loop as a generator (``Decoder.steps``): where a row alone would run a forward or
-read the device, it yields the request (kv.py ``Forward``, ``Read``) and waits for the reply. ``lockstep`` moves every
-row on to its next request, then serves one kind of request for every row waiting on it, the cheapest first: draft
-model forwards while any row still drafts, then verifications, then reads, then the target's forward. A step of the
-batch is therefore: each row's drafter proposes (draft models stepped together, one batched forward per draft token;
-rows that have finished drafting are fed pads, not skipped: skipping them would need their KV moved out of the
-rectangular cache and back), one batched target forward over every row's proposal (padded to the step's largest
-block), the rows' verifications on the device (the verifier's ``Check``: the greedy rows judged in one function,
-their proposals padded to the step's largest shape, each drafter's hook once per group of rows that share it:
+Each row runs the ordinary decode loop as a generator (``Decoder.steps``): where a row alone would run a forward or read
+the device, it yields the request (kv.py ``Forward``, ``Read``) and waits for the reply. ``lockstep`` moves every row on
+to its next request, then serves one kind of request for every row waiting on it, the cheapest first: draft model
+forwards while any row still drafts, then verifications, then reads, then the target's forward. A step of the batch is
+therefore: each row's drafter proposes (draft models stepped together, one batched forward per draft token over the rows
+still drafting: on the dynamic engine the others are not computed, ``SKIP_IDLE``; the static engine, whose batch size is
+part of its compiled shapes, feeds them pads), one batched target forward over every row's proposal (padded to the
+step's largest block), the rows' verifications on the device (the verifier's ``Check``: the greedy rows judged in one
+function, their proposals padded to the step's largest shape, each drafter's hook once per group of rows that share it:
 ``verifier.judge_rows``), ONE host read for the whole batch (every row's verdict tensor in one copy), then each row's
 ``observe``. Drafters stay batch-unaware: a drafter written for one prompt decodes batches unchanged, and each row's
 tokens are its batch-1 tokens (the verifier's rule is per row: a row judged with others gets its verdict alone).
@@ -62,6 +62,11 @@ DRAFT_FORWARDS, CHECKS, READS, TARGET_FORWARDS = 0, 1, 2, 3
 # a group's first forward feeds each row alone (``BatchKV.prefill_rows``) where padding every row to the longest would
 # feed at least this many times the rows' own tokens
 PAD_SPLIT = 1.5
+# a forward that only some rows ask for (a draft model's, while some rows still draft) runs on the dynamic engine over
+# those rows alone: their KV gathered (one indexed copy per layer), the forward, their KV put back. On the 2-core CPU
+# faithful Ouroboros' draft forwards, 23% pad rows at B = 4 and 38% at B = 16, took 20% and 29% less time, its
+# generations 15% and 23% (experiments/batch-scaling/tiny/idle-rows.md); False: every live row computed, as pads
+SKIP_IDLE = True
 
 
 def bucket(n: int) -> int:
@@ -116,7 +121,8 @@ class BatchKV:
     @torch.inference_mode()
     def forward(self, requests: dict[int, tuple]) -> dict[int, torch.Tensor]:
         """One forward over every row's block: ``requests[row] = (tokens, positions, tree, last[, prefix])``; returns
-        each row's logits (float32, its last ``last`` rows or all). Rows without a request are fed pads."""
+        each row's logits (float32, its last ``last`` rows or all). Rows without a request are left out on the dynamic
+        engine (``SKIP_IDLE``), fed pads on the static one."""
         self._tidy()
         blocks = {r: as_ids(t, self.device).view(-1) for r, (t, *_) in requests.items()}
         Q = max(b.numel() for b in blocks.values())
@@ -125,9 +131,13 @@ class BatchKV:
             return self.prefill_rows(requests)
         if self.static:
             Q = next((b for b in self.engine.buckets if b >= Q), Q)
-        B, P = (self.bucket if self.static else len(self.at)), self.phys
+        # rows without a request (a draft model's rows that finished drafting) are computed as pads, or on the dynamic
+        # engine left out: the forward runs over the asking rows' KV, gathered, and puts it back (``_rows_cache``)
+        few = not self.static and len(blocks) < len(self.at) and SKIP_IDLE
+        at = {r: b for b, r in enumerate(sorted(blocks, key=self.at.__getitem__))} if few else self.at
+        B, P = (self.bucket if self.static else len(at)), self.phys
         lens = [0] * B
-        for r, b in self.at.items():
+        for r, b in at.items():
             lens[b] = self.lens[r]
         cached = upload(lens, self.device)  # the one upload of a forward (pinned, without waiting)
         ids = torch.zeros(B, Q, dtype=torch.long, device=self.device)
@@ -135,7 +145,7 @@ class BatchKV:
         keep = torch.eye(Q, dtype=torch.bool, device=self.device).repeat(B, 1, 1)  # pads see only themselves
         rows_kept = 1
         for r, block in blocks.items():
-            b, q = self.at[r], block.numel()
+            b, q = at[r], block.numel()
             _, positions, tree, last = requests[r][:4]
             ids[b, Q - q:] = block
             pos[b, Q - q:] = (torch.arange(self.lens[r], self.lens[r] + q, device=self.device) if positions is None
@@ -147,11 +157,17 @@ class BatchKV:
             if self.static:  # a shape met for the first time is compiled now, outside the clock
                 self.engine.prepare_batch(self.cache, ids, pos, mask)
             with self.clock.timing():
-                logits = self._call(ids, pos, mask, rows_kept)
+                if few:
+                    index = upload([self.at[r] for r in at], self.device)
+                    cache = self._rows_cache(index)
+                    logits = self._call(ids, pos, mask, rows_kept, cache)
+                    self._put_back(cache, index, Q)
+                else:
+                    logits = self._call(ids, pos, mask, rows_kept)
         self.forwards += 1  # (a static cache's offsets advanced by Q: the block sits at P..P+Q in every row)
         out = {}
         for r, block in blocks.items():
-            b, q = self.at[r], block.numel()
+            b, q = at[r], block.numel()
             last = requests[r][3]
             n = q if last is None else min(last, q)
             out[r] = logits[b, rows_kept - n:].float()
@@ -184,13 +200,30 @@ class BatchKV:
         self.forwards += 1
         return out
 
-    def _call(self, ids, pos, mask, rows_kept):
+    def _call(self, ids, pos, mask, rows_kept, cache=None):
         if self.static:
             return self.engine.batch_forward(self.cache, ids, pos, mask, rows_kept)
-        kwargs = {self.engine.cache_kw: self.cache, "use_cache": True}
+        kwargs = {self.engine.cache_kw: self.cache if cache is None else cache, "use_cache": True}
         if self.engine.can_keep_last:
             kwargs["logits_to_keep"] = rows_kept
         return self.model(input_ids=ids, position_ids=pos, attention_mask=mask, **kwargs).logits[:, -rows_kept:]
+
+    def _rows_cache(self, index: torch.Tensor):
+        """A cache of the rows at batch ``index`` only (one indexed copy per layer)."""
+        cache = dense_cache(self.model.config)
+        for i, layer in enumerate(self.cache.layers):
+            cache.update(layer.keys[index], layer.values[index], i)
+        return cache
+
+    def _put_back(self, cache, index: torch.Tensor, Q: int) -> None:
+        """After a forward of the rows at ``index`` alone (``cache``: theirs, Q slots longer): every row Q slots longer,
+        those rows' KV written back whole (the others' new slots are zeros, past their length: never seen)."""
+        for layer, rows in zip(self.cache.layers, cache.layers):
+            for name in ("keys", "values"):
+                old, new = getattr(layer, name), getattr(rows, name)
+                grown = old.new_zeros(old.shape[0], old.shape[1], old.shape[2] + Q, old.shape[3])
+                grown[:, :, :old.shape[2]] = old
+                setattr(layer, name, grown.index_copy_(0, index, new))
 
     def _offsets(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.cache.layers]
@@ -248,7 +281,7 @@ class BatchKV:
 class RowEngine:
     """One row of a ``BatchKV`` behind the engine interface (``engines.EngineProtocol``) that the drafters and the
     verifier use. ``lockstep`` runs its forwards batched with the other rows' (a direct ``forward`` runs this row
-    alone, the others fed pads); crop, compact and move only re-map slots on the host."""
+    alone, the others left out or fed pads); crop, compact and move only re-map slots on the host."""
 
     graphs = False  # a row's verify steps run eagerly: CUDA graphs are recorded for one row at a time only
 
