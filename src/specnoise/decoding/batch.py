@@ -131,9 +131,7 @@ class BatchKV:
             return self.prefill_rows(requests)
         if self.static:
             Q = next((b for b in self.engine.buckets if b >= Q), Q)
-        # rows without a request (a draft model's rows that finished drafting) are computed as pads, or on the dynamic
-        # engine left out: the forward runs over the asking rows' KV, gathered, and puts it back (``_rows_cache``)
-        few = not self.static and len(blocks) < len(self.at) and SKIP_IDLE
+        few = not self.static and len(blocks) < len(self.at) and SKIP_IDLE  # (the others: not computed)
         at = {r: b for b, r in enumerate(sorted(blocks, key=self.at.__getitem__))} if few else self.at
         B, P = (self.bucket if self.static else len(at)), self.phys
         lens = [0] * B
@@ -219,11 +217,9 @@ class BatchKV:
         """After a forward of the rows at ``index`` alone (``cache``: theirs, Q slots longer): every row Q slots longer,
         those rows' KV written back whole (the others' new slots are zeros, past their length: never seen)."""
         for layer, rows in zip(self.cache.layers, cache.layers):
-            for name in ("keys", "values"):
-                old, new = getattr(layer, name), getattr(rows, name)
-                grown = old.new_zeros(old.shape[0], old.shape[1], old.shape[2] + Q, old.shape[3])
-                grown[:, :, :old.shape[2]] = old
-                setattr(layer, name, grown.index_copy_(0, index, new))
+            for name in ("keys", "values"):  # (F.pad: one op that allocates and copies, as a DynamicCache's cat does)
+                grown = F.pad(getattr(layer, name), (0, 0, 0, Q))
+                setattr(layer, name, grown.index_copy_(0, index, getattr(rows, name)))
 
     def _offsets(self) -> list[torch.Tensor]:
         return [layer.cumulative_length for layer in self.cache.layers]
