@@ -232,6 +232,23 @@ def test_a_groups_first_forward_feeds_its_rows_alone_where_padding_would_dominat
         hook.remove()
 
 
+def test_rows_that_sit_out_the_first_forwards_keep_their_own_kv(target):
+    """A forward that only some rows ask for, before anything is cached (a draft model's first forward where the other
+    rows took AR steps under decoder.auto) and after: every row's logits equal its own batch-1 engine's."""
+    model = target.model
+    kv, alone = BatchKV(DynamicEngine(model), 3, need=100), [DynamicEngine(model) for _ in range(3)]
+    gen = random.Random(1)
+    for rows in ([0, 2], [1], [0, 1, 2], [2], [0, 1]):
+        requests, expect = {}, {}
+        for r in rows:
+            tokens = [gen.randrange(3, VOCAB) for _ in range(gen.randint(1, 6))]
+            requests[r] = (tokens, None, None, None)
+            expect[r] = alone[r].forward(tokens)
+        got = kv.forward(requests)
+        for r in rows:
+            torch.testing.assert_close(got[r], expect[r], atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("name", ["ouroboros", "speculative"])
 def test_a_draft_forward_computes_only_the_rows_that_ask(name, target, draft, monkeypatch):
     """On the dynamic engine a draft model's batched forward runs over the rows still drafting only (``SKIP_IDLE``):

@@ -3,18 +3,20 @@ drafting left out (``batch.SKIP_IDLE``: the asking rows' KV gathered, the forwar
 against computed as pads, side by side in one process. Per decoder: the share of pad rows in its draft forwards, the
 seconds inside its draft forwards and the generation's wall time per batch (medians), and whether the two give the
 same tokens (they must). The first 16 HumanEval problems as one batch of ``B`` (64 new tokens, fp32, one thread, the
-shipped small-code-msn with small-code-draft), faithful settings; one untimed generation, then ``--repeats`` timed
-pairs, alternating which goes first.
+shipped small-code-msn with small-code-draft), faithful settings (``--auto``: ``decoder.auto=true``); one untimed
+generation, then ``--repeats`` timed pairs, alternating which goes first.
 
 Usage: python experiments/batch-scaling/idle_rows.py [--decoders speculative,ouroboros] [--batch 4] [--repeats 5]
+    [--auto]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
-from row_host import cli, humaneval_batch  # (run as a script: its folder is on the path)
+from row_host import humaneval_batch  # (run as a script: its folder is on the path)
 
 from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, ModelConfig
 from specnoise.decoding import base, batch
@@ -23,7 +25,7 @@ from specnoise.models import load_model
 MODES = {"pads": False, "left out": True}
 
 
-def main(names: list[str], rows: int, repeats: int) -> None:
+def main(names: list[str], rows: int, repeats: int, auto: bool) -> None:
     target, prompts = humaneval_batch(16)
     draft = load_model(ModelConfig(name="small-code-draft", path=str(ASSETS_DIR / "models" / "small-code-draft")))
     groups = [prompts[i:i + rows] for i in range(0, len(prompts), rows)]
@@ -37,12 +39,13 @@ def main(names: list[str], rows: int, repeats: int) -> None:
         return forward(kv, requests)
 
     batch.BatchKV.forward = counted
-    print(f"humaneval, 16 prompts in groups of {rows}, 64 new tokens, {repeats} repeats (median)\n")
+    print(f"humaneval, 16 prompts in groups of {rows}, 64 new tokens, {repeats} repeats (median), "
+          f"{'decoder.auto=true' if auto else 'faithful'}\n")
     print("| decoder | pad rows in draft forwards | draft forward s: pads | left out | generation s: pads | left out | "
           "left out / pads | same tokens |")
     print("|---|---|---|---|---|---|---|---|")
     for name in names:
-        decoder = base.build_decoder(DECODER_SCHEMAS[name](), target, draft)
+        decoder = base.build_decoder(DECODER_SCHEMAS[name](auto=auto), target, draft)
         for group in groups:
             decoder.generate_batch(group, 64)
         wall = {mode: [] for mode in MODES}
@@ -70,4 +73,10 @@ def main(names: list[str], rows: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    cli(main, "speculative,ouroboros")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--decoders", default="speculative,ouroboros")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--auto", action="store_true")
+    args = parser.parse_args()
+    main(args.decoders.split(","), args.batch, args.repeats, args.auto)

@@ -131,7 +131,8 @@ class BatchKV:
             return self.prefill_rows(requests)
         if self.static:
             Q = next((b for b in self.engine.buckets if b >= Q), Q)
-        few = not self.static and len(blocks) < len(self.at) and SKIP_IDLE  # (the others: not computed)
+        # the others not computed; (before the first forward the cache has no layers to gather: pads then)
+        few = not self.static and self.phys and len(blocks) < len(self.at) and SKIP_IDLE
         at = {r: b for b, r in enumerate(sorted(blocks, key=self.at.__getitem__))} if few else self.at
         B, P = (self.bucket if self.static else len(at)), self.phys
         lens = [0] * B
