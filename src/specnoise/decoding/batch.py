@@ -138,7 +138,10 @@ class BatchKV:
         lens = [0] * B
         for r, b in at.items():
             lens[b] = self.lens[r]
-        cached = upload(lens, self.device)  # the one upload of a forward (pinned, without waiting)
+        # the one upload of a forward (pinned, without waiting): the rows' lengths, and with rows left out the
+        # asking rows' places in the cache
+        uploaded = upload(lens + ([self.at[r] for r in at] if few else []), self.device)
+        cached, index = uploaded[:B], uploaded[B:]
         ids = torch.zeros(B, Q, dtype=torch.long, device=self.device)
         pos = cached[:, None].repeat(1, Q)  # pads sit at their row's length
         keep = torch.eye(Q, dtype=torch.bool, device=self.device).repeat(B, 1, 1)  # pads see only themselves
@@ -157,7 +160,6 @@ class BatchKV:
                 self.engine.prepare_batch(self.cache, ids, pos, mask)
             with self.clock.timing():
                 if few:
-                    index = upload([self.at[r] for r in at], self.device)
                     cache = self._rows_cache(index)
                     logits = self._call(ids, pos, mask, rows_kept, cache)
                     self._put_back(cache, index, Q)
