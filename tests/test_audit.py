@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 from conftest import make_model, prompts
 from helpers_models import save_tiny_model, tiny_tokenizer
 from specnoise.bench.audit import audit_divergences, mismatch_fraction, verdict
-from specnoise.bench.runner import Turn, run_benchmark
+from specnoise.bench.measure import Turn
+from specnoise.bench.runner import run_benchmark
 from specnoise.config import ARConfig, ConfigError, config_dir
 from specnoise.decoding.base import DecodeOutput, Decoder, build_decoder, decoder_class
 from specnoise.decoding.kv import DynamicEngine

@@ -8,7 +8,7 @@ import pytest
 from specnoise.bench import timing
 from specnoise.bench.datasets import Sample
 from specnoise.bench.measure import Turn, order
-from specnoise.bench.runner import Measured, summary_rows
+from specnoise.bench.rows import Measured, summary_rows
 from specnoise.config import BenchmarkConfig, Config, ConfigError, ModelConfig, PLDConfig
 from specnoise.decoding.base import DecodeOutput
 
