@@ -1,7 +1,7 @@
 """Hydra's side of the configs: the schemas in Hydra's ConfigStore and the ``${asset:...}`` resolver.
 
 Called explicitly by the entry point (and by tests that compose configs), never on import: the dataclasses in
-``config.py`` stay plain, and importing any layer below the entry point loads neither Hydra nor OmegaConf.
+``config/`` stay plain, and importing any layer below the entry point loads neither Hydra nor OmegaConf.
 """
 
 from __future__ import annotations

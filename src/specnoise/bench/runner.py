@@ -109,7 +109,7 @@ def decoder_configs(conf: Config) -> dict[str, DecoderConfig]:
 
     A ``decoders`` entry is a schema name (Config checks it), built from its dataclass's defaults, which are what
     its YAML option sets (tests/test_config.py holds them equal); ``NAME+auto`` is that decoder with decoder.auto=true
-    (config.py ``AUTO_VARIANT``), so a job times a drafter faithful and hardware-aware side by side."""
+    (config/decoders.py ``AUTO_VARIANT``), so a job times a drafter faithful and hardware-aware side by side."""
     shared = {k: getattr(conf.decoder, k) for k in SHARED_FIELDS}
     configs: dict[str, DecoderConfig] = {"ar": conf.decoder if conf.decoder.name == "ar" else ARConfig(**shared)}
     skipped = batch_skips(conf)
