@@ -19,8 +19,9 @@ import pytest
 from conftest import prompts
 from helpers_decoding import CYCLE, PROMPT, SAMPLES, TV_MAX, V, ar, cycle_successor, map_model, schema, tiny_pair, tv
 from specnoise.config import DECODER_SCHEMAS, ConfigError
-from specnoise.decoding import auto, calibration, cost
-from specnoise.decoding.auto import EXPLORE, Controller, Nodes, chain_parents
+from specnoise.decoding import acceptance, auto, calibration, cost
+from specnoise.decoding.acceptance import EXPLORE, Nodes
+from specnoise.decoding.auto import Controller, Stream, chain_parents
 from specnoise.decoding.base import LONG_CONTEXT, build_decoder, decoder_class, largest_probe
 from specnoise.decoding.cost import CHAIN, TREE, Curve, interpolate
 from specnoise.decoding.kv import DynamicEngine
@@ -57,7 +58,7 @@ def static(loaded):
 # ------------------------------------------------------------------------------------------ the controller
 def test_the_controller_picks_the_most_tokens_per_second():
     chain = chain_parents(3)
-    nodes = Nodes()
+    nodes = Stream()
     for i in range(200):  # depth 1 always accepted, depth 2 a third of the time, depth 3 never
         nodes.observe(chain, [0, 1, 2], {0, 1} if i % 3 == 0 else {0})
     # p ~ 1, 1/3, 0: rates k=0 1/1, k=1 2/1.5 = 1.33, k=2 2.33/2 = 1.17, k=3 2.33/2.5
@@ -76,7 +77,7 @@ def test_a_step_is_priced_at_its_context():
     context rounded down to ``CONTEXT_STEP`` (the prices are cached per step of text) and a cost without a context
     (``context`` None) is called without one."""
     chain = chain_parents(3)
-    nodes = Nodes()
+    nodes = Stream()
     for i in range(200):  # p ~ 1, 1/3, 0
         nodes.observe(chain, [0, 1, 2], {0, 1} if i % 3 == 0 else {0})
     asked = []
@@ -115,7 +116,7 @@ def test_a_draft_models_catch_up_from_an_empty_cache_is_priced_at_its_contexts()
 
 def test_a_template_pick_is_the_likeliest_nodes_and_stays_a_tree():
     parents = [-1, -1, 0, 0, 2]  # root -> 0, 1; 0 -> 2, 3; 2 -> 4
-    nodes = Nodes()
+    nodes = Stream()
     for i in range(300):  # node 1 wins 3 steps in 4, else the path 0 -> 2 -> 4
         nodes.observe(parents, [0, 1, 2, 3, 4], {1} if i % 4 else {0, 2, 4})
     controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1))
@@ -135,13 +136,13 @@ def test_a_child_never_outranks_its_parent_by_rounding():
 
     rng = random.Random(0)
     for _ in range(2000):
-        nodes = Nodes()
+        nodes = Stream()
         t0, t1 = rng.uniform(1, 50), rng.choice([0.98, 1.98, 2.9404, rng.uniform(0, 40)])
         nodes.trials, nodes.hits = [t0, t1], [rng.uniform(0, t0), t1]
         p = nodes.p([-1, 0])
         assert p[1] <= p[0], (nodes.trials, nodes.hits, p)
     controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.01 * q)
-    controller.streams["t"] = nodes = Nodes()
+    controller.streams["t"] = nodes = Stream()
     nodes.trials, nodes.hits = [3.881592, 1.98], [2.9211919999999996, 1.98]
     assert controller.select("t", [-1, 0]) == [0, 1]  # the parent kept with its child, never the child alone
 
@@ -153,7 +154,7 @@ def test_the_rates_of_a_nodes_children_add_up_to_one_at_most():
     fourth is left what the first three leave, ~0.1, and the pick is three. Untried children share their parent's
     path at even odds, the first one first."""
     parents = [-1, -1, -1, -1]
-    nodes = Nodes()
+    nodes = Stream()
     for i in range(8):
         nodes.observe(parents, [0, 1, 2, 3], {i % 4})
     p = nodes.p(parents)
@@ -165,7 +166,7 @@ def test_the_rates_of_a_nodes_children_add_up_to_one_at_most():
 
 
 def test_untried_nodes_take_even_odds_after_their_parent_and_exploration_looks_past_the_pick():
-    nodes = Nodes()
+    nodes = Stream()
     assert nodes.p(chain_parents(3)) == [0.5, 0.25, 0.125]  # nothing seen yet: even odds at every depth
     for _ in range(50):
         nodes.observe(chain_parents(1), [0], set())  # depth 1 proposed, never accepted
@@ -204,13 +205,14 @@ def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
     at its 16th step, then, if that does not pay, goes on at the gap the last one reached."""
     cost = lambda q, kind=CHAIN: 1.0 + 0.5 * (q - 1)  # noqa: E731 - PROBE = 4 drafts cost 2.5 AR steps
     controller = Controller(cost)
-    controller.streams["s"] = nodes = Nodes()
+    controller.streams["s"] = nodes = Stream()
     nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # never accepted: the best pick is empty
     explored = explorations(controller, 600, accepted=0)
     assert explored[:4] == [EXPLORE, 3 * EXPLORE, 7 * EXPLORE, 15 * EXPLORE], explored
-    assert [b - a for a, b in zip(explored[3:], explored[4:])] == [auto.EXPLORE_MAX] * (len(explored) - 4)
+    assert [b - a for a, b in zip(explored[3:], explored[4:])] == [acceptance.EXPLORE_MAX] * (len(explored) - 4)
     controller.begin()  # a new generation: the 16th step explores again, then the gap is EXPLORE_MAX still
-    assert explorations(controller, EXPLORE + auto.EXPLORE_MAX, accepted=0) == [EXPLORE, EXPLORE + auto.EXPLORE_MAX]
+    gap = acceptance.EXPLORE_MAX
+    assert explorations(controller, EXPLORE + gap, accepted=0) == [EXPLORE, EXPLORE + gap]
     controller.begin()
     # 5 tokens for 2.5 steps' price: each exploration pays
     explored = explorations(controller, 4 * EXPLORE, accepted=auto.PROBE)
@@ -234,14 +236,14 @@ def test_an_exploration_that_loses_much_waits_until_its_loss_is_a_small_share():
         controller = (Controller(cost, draft_cost=lambda stream, k: 0.0, catch_up=lambda stream: catch_up) if draft
                       else Controller(cost))
         controller.room = 1000
-        controller.streams["s"] = nodes = Nodes()
+        controller.streams["s"] = nodes = Stream()
         nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # never accepted: the best pick is empty
         if seconds is not None:
             controller.times = calibration.StepTimes()
             controller.times.add(seconds=1.0, forwards=0.9, drafted=False, measured=0.9, priced=1.0)
         return explorations(controller, steps, accepted, CHAIN, seconds)
 
-    share = auto.EXPLORE_SHARE
+    share = acceptance.EXPLORE_SHARE
     assert explored(0) == [EXPLORE + round(i * 2.0 / share) for i in range(3)]  # 3 steps' price, 1 token: 2 lost
     # 2 tokens: 1 step lost, 100 steps on (then the doubled gap, 128, is the longer)
     assert explored(1)[:3] == [EXPLORE, EXPLORE + round(1.0 / share), EXPLORE + round(1.0 / share) + 128]
@@ -264,7 +266,7 @@ def test_an_ar_step_that_nothing_moved_is_not_ranked_again():
 
     def run(rank_every_step: bool) -> tuple[list[int], int]:
         controller = Controller(cost)
-        controller.streams["s"] = nodes = Nodes()
+        controller.streams["s"] = nodes = Stream()
         nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8  # never accepted: the best pick is empty
         ranked, best = [], controller.best
         controller.best = lambda *a: ranked.append(1) or best(*a)
@@ -284,7 +286,7 @@ def test_an_ar_step_that_nothing_moved_is_not_ranked_again():
     # 128 tokens), the shorter chain
     assert ranked == 1 + 2 * 2 + 3 + 1, ranked
     controller = Controller(cost)  # a batch's row re-priced at another batch size ranks again
-    controller.streams["s"] = nodes = Nodes()
+    controller.streams["s"] = nodes = Stream()
     nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
     ranked, best = [], controller.best
     controller.best = lambda *a: ranked.append(1) or best(*a)
@@ -302,7 +304,7 @@ def test_a_draft_models_explorations_count_their_steps_across_generations():
     than EXPLORE_SHARE of these gaps, test_an_exploration_that_loses_much_waits_until_its_loss_is_a_small_share)."""
     cost = lambda q, kind=CHAIN: 1.0 + 0.05 * (q - 1)  # noqa: E731 - nothing pays: the best pick is empty
     controller = Controller(cost, draft_cost=lambda stream, k: 0.01 * k, catch_up=lambda stream: 0.0)
-    controller.streams["s"] = nodes = Nodes()
+    controller.streams["s"] = nodes = Stream()
     nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
     controller.room = 100
     explored, step = [], 0
@@ -315,14 +317,14 @@ def test_a_draft_models_explorations_count_their_steps_across_generations():
                 explored.append(step)
                 controller.observe(verdict(k, 0))
     assert explored[:4] == [EXPLORE, 3 * EXPLORE, 7 * EXPLORE, 15 * EXPLORE], explored
-    assert [b - a for a, b in zip(explored[3:], explored[4:])] == [auto.EXPLORE_MAX] * (len(explored) - 4)
+    assert [b - a for a, b in zip(explored[3:], explored[4:])] == [acceptance.EXPLORE_MAX] * (len(explored) - 4)
 
 
 def test_a_draft_models_catch_up_is_shared_by_the_tokens_still_to_come():
     """Drafting 2 tokens, each accepted 9 times in 10, pays at a draft forward of 0.1 AR steps; a catch-up of 2 AR
     steps (the draft model fed a long prompt first) still pays with 100 tokens to come, not with 2 tokens left."""
     cost = lambda q, kind=CHAIN: 1.0 + 0.1 * (q - 1)  # noqa: E731
-    nodes = Nodes()
+    nodes = Stream()
     nodes.trials, nodes.hits = [100.0, 100.0], [90.0, 90.0]
     for room, want in ((100, 2), (2, 0)):
         controller = Controller(cost, draft_cost=lambda stream, k: 0.1 * k, catch_up=lambda stream: 2.0)
@@ -339,7 +341,7 @@ def test_an_exploration_that_would_pay_a_long_catch_up_waits():
     # the exploration's own step: 1.24 AR steps (with a catch-up of 0.05, 0.29 lost: the doubling stays)
     for catch_up, explored in ((0.05, [EXPLORE, 3 * EXPLORE]), (50.0, [])):
         controller = Controller(cost, draft_cost=lambda stream, k: 0.01 * k, catch_up=lambda stream, c=catch_up: c)
-        controller.streams["s"] = nodes = Nodes()
+        controller.streams["s"] = nodes = Stream()
         nodes.trials, nodes.hits = [100.0] * 8, [1.0] * 8
         controller.room = 100
         steps = explorations(controller, 4 * EXPLORE, kind=CHAIN)
@@ -488,7 +490,7 @@ def test_step_times_price_host_work_in_curve_seconds_and_forget_per_step():
 def test_host_work_is_priced_on_top_of_the_forwards():
     """A drafted step's host work can make an AR step the better pick, where the forwards alone say draft."""
     chain = chain_parents(3)
-    nodes = Nodes()
+    nodes = Stream()
     for _ in range(200):  # depth 1 always accepted, the rest never: k = 1 gives 2 tokens
         nodes.observe(chain, [0, 1, 2], {0})
     picks = {}
@@ -520,17 +522,17 @@ def test_an_exploration_is_judged_by_its_time_when_the_steps_are_timed():
         if seconds is not None:
             controller.times = calibration.StepTimes()
             controller.times.add(seconds=1.0, forwards=0.9, drafted=False, measured=0.9, priced=1.0)
-        for _ in range(auto.EXPLORE):
+        for _ in range(acceptance.EXPLORE):
             k = controller.size("s", 2, CHAIN)
             tokens = [1] * (k + 1)
             controller.observe(SimpleNamespace(shape=SimpleNamespace(nodes=k), accepted=k, path=list(range(k + 1)),
                                                tokens=tokens))  # (this step every draft is accepted)
             if seconds is not None:
                 controller.timed(seconds if k else 1.0, 0.9, bool(k), 0.9, 1.0)
-        assert k == 2 and nodes.explore.steps == auto.EXPLORE  # the last step explored, past an AR best pick
+        assert k == 2 and nodes.explore.steps == acceptance.EXPLORE  # the last step explored, past an AR best pick
         gaps[name] = nodes.explore.gap
     # by price: 3 tokens / 2 s > 1 / 1 s; by time: 3 tokens in 3.5 s do not beat 1 a second, in 2.5 s they do
-    assert gaps == {"priced": auto.EXPLORE, "slow": 2 * auto.EXPLORE, "fast": auto.EXPLORE}
+    assert gaps == {"priced": acceptance.EXPLORE, "slow": 2 * acceptance.EXPLORE, "fast": acceptance.EXPLORE}
 
 
 def test_a_run_times_its_steps_but_not_on_a_pinned_curve(target, draft, tmp_path):
@@ -568,7 +570,7 @@ def test_lookaheads_window_backs_off_in_a_run_of_ar_steps(target, draft):
     decoder.drafter.propose = spy
     out = decoder.generate(PROMPTS[0], 400)
     assert len(out.tokens) == steps[0] == 400  # every step a plain AR step
-    gap = auto.EXPLORE_MAX
+    gap = acceptance.EXPLORE_MAX
     assert windowed == [EXPLORE, 3 * EXPLORE, 7 * EXPLORE, 7 * EXPLORE + gap, 7 * EXPLORE + 2 * gap], windowed
 
 
@@ -1177,7 +1179,7 @@ def both_roots_right() -> Nodes:
     """Statistics of the template [-1, 0, 1, -1, 3, 0] whose two root children are both right at times (at most one
     child of a node is right: beside a sibling that always is, a node is worth nothing), so that every node pays on a
     flat curve."""
-    nodes = Nodes()
+    nodes = Stream()
     nodes.trials, nodes.hits = [10.0] * 6, [5.0, 0.0, 0.0, 4.0, 0.0, 0.0]
     return nodes
 
@@ -1297,7 +1299,7 @@ def test_observing_a_pick_counts_the_tried_nodes_and_the_accepted_ones():
 
     rng = random.Random(3)
     parents = [-1, -1, 0, 0, 1, 2, 2, 4, -1, 8]
-    nodes, trials, hits = Nodes(), [0.0] * len(parents), [0.0] * len(parents)
+    nodes, trials, hits = Stream(), [0.0] * len(parents), [0.0] * len(parents)
     picks = [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [0, 2, 5, 8], [1, 4, 7, 8, 9]]
     for _ in range(300):
         pick = rng.choice(picks)
@@ -1311,8 +1313,8 @@ def test_observing_a_pick_counts_the_tried_nodes_and_the_accepted_ones():
         nodes.observe(parents, pick, accepted)
         for i in pick:
             if parents[i] < 0 or parents[i] in accepted:
-                trials[i] = trials[i] * auto.FORGET + 1
-                hits[i] = hits[i] * auto.FORGET + (i in accepted)
+                trials[i] = trials[i] * acceptance.FORGET + 1
+                hits[i] = hits[i] * acceptance.FORGET + (i in accepted)
     assert nodes.trials == trials and nodes.hits == hits and 0 < sum(hits) < sum(trials)
 
 
@@ -1324,7 +1326,7 @@ def test_a_batch_prices_a_rows_share_of_the_batched_forward():
     picks = {}
     for rows in (1, 8):
         controller = Controller(Batched(curve, rows))
-        nodes = controller.streams.setdefault("s", Nodes())
+        nodes = controller.streams.setdefault("s", Stream())
         nodes.trials, nodes.hits = [100.0] * 8, [60.0] * 8  # every depth accepted 60% of the time
         picks[rows] = controller.size("s", 8, CHAIN)
     assert 0 < picks[8] < picks[1], picks
@@ -1371,7 +1373,7 @@ def test_a_batchs_rows_verify_one_size_per_step(monkeypatch):
     for rate, room in zip((0.9, 0.5, 0.05), (40, 40, 30)):  # drafts pass 90% of the time, 50%, 5%; the last row ahead
         controller = Controller(Batched(cost, 3), backoff=False)
         controller.plan, controller.room = plan, room
-        nodes = controller.streams.setdefault("s", Nodes())
+        nodes = controller.streams.setdefault("s", Stream())
         nodes.trials, nodes.hits = [1000.0] * 12, [1000.0 * rate] * 12
         controllers.append(controller)
     n = [12, 12, 2]  # the third row has only two candidates
@@ -1380,7 +1382,7 @@ def test_a_batchs_rows_verify_one_size_per_step(monkeypatch):
     alone = []
     for rate in (0.9, 0.5, 0.05):  # each row's own pick, outside a batch, at its share of the batch's forward
         row = Controller(lambda q, kind=CHAIN: cost(3 * q) / 3, backoff=False)
-        row.streams["s"] = Nodes()
+        row.streams["s"] = Stream()
         row.streams["s"].trials, row.streams["s"].hits = [1000.0] * 12, [1000.0 * rate] * 12
         alone.append(row.size("s", 12, CHAIN))
     assert alone[0] > alone[1] > alone[2] == 0
@@ -1426,7 +1428,7 @@ def test_a_batchs_streams_share_one_size_per_step():
         for rate, stream in zip(rates, streams):
             row = Controller(Batched(cost, 2), backoff=False)
             row.plan, row.room = plan, 40
-            nodes = row.streams.setdefault(stream, Nodes())
+            nodes = row.streams.setdefault(stream, Stream())
             nodes.trials, nodes.hits = [1000.0] * 12, [1000.0 * rate] * 12
             rows.append(row)
         assert [row.size(s, 12, CHAIN) for row, s in zip(rows, streams)] == [0] * len(rows)  # the first step: AR
@@ -1454,7 +1456,7 @@ def test_a_batch_drafts_for_the_rows_it_waits_for():
         for rate, room in zip(rates, rooms):
             row = Controller(Batched(cost, 4), backoff=False)
             row.plan, row.room = plan, room
-            nodes = row.streams.setdefault("s", Nodes())
+            nodes = row.streams.setdefault("s", Stream())
             nodes.trials, nodes.hits = [1000.0] * 8, [1000.0 * rate] * 8
             rows.append(row)
         for _ in range(steps):  # the first step is an AR step, the second the plan's
@@ -1472,7 +1474,7 @@ def test_a_batch_drafts_for_the_rows_it_waits_for():
     behind = sizes([0.9, 0.9, 0.9, 0.05], [40, 30, 30, 30])  # the last row's drafts pass
     assert behind[0] > 0 and len(set(behind)) == 1, behind
     alone = Controller(cost)
-    alone.streams["s"] = Nodes()
+    alone.streams["s"] = Stream()
     alone.streams["s"].trials, alone.streams["s"].hits = [1000.0] * 8, [500.0] * 8
     tail = sizes([0.5], [40])
     assert tail == [alone.size("s", 8, CHAIN)] and tail[0] > 0 == sizes([0.5], [40], steps=1)[0], tail
@@ -1631,7 +1633,7 @@ def test_a_batch_prices_its_sizes_again_only_when_an_offer_moved(monkeypatch):
     for rate in (0.9, 0.8):
         row = Controller(Batched(cost, 2), backoff=False)
         row.plan, row.room = plan, 40
-        row.streams["s"] = Nodes()
+        row.streams["s"] = Stream()
         row.streams["s"].trials, row.streams["s"].hits = [1000.0] * 8, [1000.0 * rate] * 8
         rows.append(row)
 
@@ -1695,7 +1697,7 @@ def test_an_exploration_dearer_than_two_ar_steps_backs_off_whatever_the_drafter(
         plan, rows = Plan(), [Controller(Batched(cost, 2), backoff=False) for _ in range(2)]
         for row in rows:
             row.plan, row.room = plan, 1000
-            row.streams["s"] = Nodes()
+            row.streams["s"] = Stream()
             row.streams["s"].trials, row.streams["s"].hits = [1000.0] * 8, [0.0] * 8  # drafts never pass
         drafted = []
         for step in range(steps):

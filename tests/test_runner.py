@@ -15,8 +15,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from helpers_models import save_tiny_model, save_tiny_pair, tiny_tokenizer, write_jsonl
-from specnoise.bench.datasets import dialogue_text, load_benchmark
 from specnoise.bench.audit import first_divergence
+from specnoise.bench.datasets import dialogue_text, load_benchmark
 from specnoise.bench.rows import sampled_drafts
 from specnoise.bench.runner import decoder_configs, run_benchmark
 from specnoise.config import DECODER_SCHEMAS, JacobiConfig, UserError, config_dir

@@ -20,25 +20,26 @@ price, relative to the target's: ``calibration.DraftScale``), and ``catch_up`` w
 draft model first the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the
 draft keeps up, so each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept
 across prompts (the benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a
-half-life of ~35), so they follow the current text. A node never tried has even odds given its parent's path (a
-uniform prior: ``Nodes.p``), and every ``EXPLORE``-th step verifies ``PROBE`` more nodes than the best pick, so nodes
-beyond it keep being observed. Where the best pick is an AR step (Jacobi on a model that was not trained to denoise, a
-draft model dearer than what it saves), an exploration is an AR step turned into a draft: when its accepted tokens per
-second fall short of an AR step's (by their wall time where the steps are timed, ``calibration.StepTimes``; else by
-their prices), the gap to the next one doubles, up to ``EXPLORE_MAX`` (a draft model's: or as long as keeps what its
-explorations lose to ``EXPLORE_SHARE`` of the run, where that is longer: fed a whole prompt first, one loses several AR
-steps); an exploration that pays, or a non-empty best pick, brings it back to ``EXPLORE``. An exploration whose draft
-model would first catch up with more text than the exploration itself costs (a long prompt) waits, as one that did not
-pay would. A new generation (a new text, where drafting may pay again) explores at its ``EXPLORE``-th step, and if that
-does not pay either the gap goes on doubling from where the last generation left it (restarting the doubling per prompt
-made 2-3 explorations per 128-token generation); a drafter with a draft model, whose exploration is first a catch-up
-over the whole text, does not restart: its explorations come every ``gap`` steps of the run, across generations.
-Drafters whose next candidates are made from what the target predicts at the verified nodes (TR-Jacobi's candidate
-matrix, Token Recycling's adjacency matrix, SAM's fallback) do not back off (``Drafter.backoff``): an exploration feeds
-them candidates, a value that its own accepted tokens do not show, and backing off cost them forwards in the miniature;
-except where an exploration costs more than ``DEAR`` AR steps (a 16-row batch's padded block on the CPU), which no fed
-candidate pays back. A drafter whose candidates cost host work to find (REST's corpus lookup) asks first whether the
-step could draft at all (``Controller.idle``) and skips the work where it could not.
+half-life of ~35), so they follow the current text (the statistics and the exploration schedule: acceptance.py). A node
+never tried has even odds given its parent's path (a uniform prior: ``Nodes.p``), and every ``EXPLORE``-th step verifies
+``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed. Where the best pick is an AR step
+(Jacobi on a model that was not trained to denoise, a draft model dearer than what it saves), an exploration is an AR
+step turned into a draft: when its accepted tokens per second fall short of an AR step's (by their wall time where the
+steps are timed, ``calibration.StepTimes``; else by their prices), the gap to the next one doubles, up to
+``EXPLORE_MAX`` (a draft model's: or as long as keeps what its explorations lose to ``EXPLORE_SHARE`` of the run, where
+that is longer: fed a whole prompt first, one loses several AR steps); an exploration that pays, or a non-empty best
+pick, brings it back to ``EXPLORE``. An exploration whose draft model would first catch up with more text than the
+exploration itself costs (a long prompt) waits, as one that did not pay would. A new generation (a new text, where
+drafting may pay again) explores at its ``EXPLORE``-th step, and if that does not pay either the gap goes on doubling
+from where the last generation left it (restarting the doubling per prompt made 2-3 explorations per 128-token
+generation); a drafter with a draft model, whose exploration is first a catch-up over the whole text, does not restart:
+its explorations come every ``gap`` steps of the run, across generations. Drafters whose next candidates are made from
+what the target predicts at the verified nodes (TR-Jacobi's candidate matrix, Token Recycling's adjacency matrix, SAM's
+fallback) do not back off (``Drafter.backoff``): an exploration feeds them candidates, a value that its own accepted
+tokens do not show, and backing off cost them forwards in the miniature; except where an exploration costs more than
+``DEAR`` AR steps (a 16-row batch's padded block on the CPU), which no fed candidate pays back. A drafter whose
+candidates cost host work to find (REST's corpus lookup) asks first whether the step could draft at all
+(``Controller.idle``) and skips the work where it could not.
 
 A cost function is all the controller takes. In a lock-step batch each row slot has its own controller, pricing its
 share of the batched forward, and the rows verify one size per step chosen for the whole batch (decoding/plan.py).
@@ -55,11 +56,10 @@ so its curve prices the bucket (``Curve.padded``). CPU engines rank every step a
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
-from itertools import accumulate
 
+from specnoise.decoding.acceptance import Backoff, Nodes, expected
 from specnoise.decoding.cost import CHAIN, TREE
 
 log = logging.getLogger("specnoise")
@@ -67,17 +67,7 @@ log = logging.getLogger("specnoise")
 # the controller prices a step at its context rounded down to a multiple of this: a step prices every candidate
 # size, so the prices are computed once per CONTEXT_STEP tokens of text rather than at every step
 CONTEXT_STEP = 32
-FORGET = 0.98  # weight of the past per observation of a rank
-PRIOR = 0.5  # a node's rate before it was ever tried: (hits + 1) / (trials + 2) at 0 trials (``Nodes.p``)
-EXPLORE, PROBE = 16, 4  # every EXPLORE-th step of a stream verifies PROBE candidates beyond the best cut
-EXPLORE_MAX = 128  # ... every EXPLORE_MAX-th at the least often, while the best cut stays empty (backing off)
-# ... or, for a drafter with a draft model (whose explorations count across generations), after an exploration that
-# lost L AR steps against the AR steps it replaced (by its price, the draft model's whole catch-up included),
-# L / EXPLORE_SHARE steps later, if that is longer: explorations that do not pay cost this share of its run at most.
-# Ouroboros' explorations on the CPU (its draft model first fed a ~300-token HumanEval prompt, then 2-4 lookahead
-# forwards of 34-91 rows) took 4.6-8.5 AR steps each for 1-5 tokens: every EXPLORE_MAX steps that was ~4% of its time
-# (16 explorations over HumanEval-10 x 3)
-EXPLORE_SHARE = 0.01
+PROBE = 4  # an exploring step (acceptance.EXPLORE) verifies PROBE candidates beyond the best cut
 DEAR = 2.0  # an exploration dearer than this many AR steps backs off, whatever the drafter (``Controller.choose``)
 # on an engine that records each step shape as a CUDA graph: how much better (in expected tokens per second) a new
 # template pick must be than the last one to replace it. Without it TR-Jacobi made 41 distinct picks over 8
@@ -101,15 +91,8 @@ OBSERVE_KEPT = 4
 ALL = 1 << 30  # a kept prefix of every candidate, however many the next steps have (``Controller.kept_pick``)
 
 
-
 # ---------------------------------------------------------------------------------------------- the controller
 AR_GAINS = [1.0]  # a row's offer at a step without candidates (one list, never changed: ``Plan.best`` compares it)
-
-
-def expected(p: list[float], order: list[int]) -> list[float]:
-    """Expected accepted tokens of verifying the first k nodes of ``order``, for k = 0..len(order): 1 (the bonus
-    token) plus their p (those below 0: not allowed, 0), added one by one in order."""
-    return list(accumulate([x if x > 0.0 else 0.0 for x in map(p.__getitem__, order)], initial=1.0))
 
 
 def chain_parents(n: int) -> list[int]:
@@ -128,120 +111,20 @@ def prefix(k: int) -> list[int]:
     return got
 
 
-class Backoff:
-    """Which steps explore: the ``EXPLORE``-th, then every ``EXPLORE``-th while exploring pays; after an exploration
-    that did not pay (``result``) the gap doubles, up to ``EXPLORE_MAX``, and is at least what the exploration lost
-    over ``EXPLORE_SHARE``. ``unpaid``: explorations whose worth shows only in later steps (Lookahead's window filling
-    its pool) each count as not paid, so the gaps double from the first one on."""
-
-    def __init__(self, unpaid: bool = False):
-        self.steps, self.unpaid = 0, unpaid
-        self.gap = self.at = EXPLORE  # the gap after the last exploration, the step of the next one
-
-    def due(self) -> bool:
-        """Count a step; whether it explores."""
-        self.steps += 1
-        if self.steps < self.at:
-            return False
-        self.at = self.steps + self.gap  # until ``result`` says otherwise
-        if self.unpaid:
-            self.result(paid=False)
-        return True
-
-    def pending(self) -> bool:
-        """Whether the next step explores (what ``due`` will say, without counting a step)."""
-        return self.steps + 1 >= self.at
-
-    def restart(self) -> None:
-        """A new generation: explore at its ``EXPLORE``-th step, the gap kept (``result`` doubles it from there)."""
-        self.steps, self.at = 0, EXPLORE
-
-    def result(self, paid: bool, lost: float = 0.0) -> None:
-        """What the last exploration was worth: the next one comes ``EXPLORE`` steps after it if it paid, else after
-        twice the last gap (up to ``EXPLORE_MAX``) or, for one that ``lost`` more AR steps' time than that allows,
-        after lost / ``EXPLORE_SHARE`` steps."""
-        self.at -= self.gap
-        self.gap = EXPLORE if paid else max(min(2 * self.gap, EXPLORE_MAX), math.ceil(lost / EXPLORE_SHARE))
-        self.at += self.gap
-
-
-class Nodes:
-    """One stream of candidates: per node index, the forgetting sums of trials (its parent's path was accepted, or
-    it hangs off the root) and hits (it was accepted too)."""
+class Stream(Nodes):
+    """A stream's statistics (``Nodes``) and what the controller keeps of its choices on it: when it explores, its
+    last pick and how long that pick may stand unranked, and what the last AR step or batch ranking rested on."""
 
     def __init__(self):
-        self.trials: list[float] = []
-        self.hits: list[float] = []
+        super().__init__()
         self.explore = Backoff()
         self.last: list[int] | None = None  # the last pick that was not an exploration, ascending (Controller.sticky)
         self.size = 0  # ... of a prefix: its size (ALL: every candidate), on a graph engine (Controller.kept_pick)
-        self.layout: tuple | None = None  # the last observed pick: who of it hangs off the root, or off whom (observe)
         self.kept = 0  # steps that reused the last pick (``last``, ``size``) unranked since the last ranking
         self.rerank = RERANK  # ... and how many may (up to RERANK_MAX while the rankings keep the pick)
         self.idled = 0  # steps in a row that ``Controller.idle`` made AR steps (IDLE_RUN)
-        self.version = 0  # observations so far: the statistics changed since a pick rested on them
         self.still: tuple | None = None  # what the last pick, an AR step, rested on (``Controller.choose``)
         self.ranked: tuple | None = None  # in a batch: the last ranking, and what it rested on (``Controller.choose``)
-
-    def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
-        """Each node's chance that its whole path is accepted: its parent's times its own conditional rate, the
-        posterior mean under a uniform prior (hits + 1) / (trials + 2) (even odds for a node never tried, as tree=auto's
-        own statistics, trees.py), and no more than its earlier siblings leave: at most one child of a node can be
-        right (``observe``), so the siblings' rates add up to 1 at most, taken in the drafter's order (likeliest
-        first). Uncapped, a node's K children added up to (hits + K) / (trials + 1), and K untried ones to K: REST's
-        rarely tried root children each scored 0.25-1.0 and it verified 39-64-node tries for one token each. Capped,
-        the prior (hits + 1) / (trials + 1) made a node never tried look sure: the drafter's first child took its
-        siblings' whole share until it had failed many times, so the second-likeliest candidates were never verified
-        (HumanEval-10 with ``auto``: TR-Jacobi accepted 1.72 tokens per step, 2.11 under this prior; Token Recycling
-        1.36 and 1.70, REST 1.26 and 1.66). Nodes not allowed (and so their descendants) get -1. Parents come before
-        their children."""
-        out: list[float] = []
-        append, tried, trials, hits = out.append, len(self.trials), self.trials, self.hits
-        left = [1.0] * (len(parents) + 1)  # per input (the root first): the rate its children may still take
-        for i, parent in enumerate(parents):  # runs for every node at every step: kept to plain list work
-            above = 1.0 if parent < 0 else out[parent]
-            if above < 0 or (allow is not None and not allow[i]):
-                append(-1.0)
-                continue
-            rate = (hits[i] + 1) / (trials[i] + 2) if i < tried else PRIOR
-            room = left[parent + 1]
-            if rate > room:
-                rate = room
-            left[parent + 1] = room - rate
-            # the rate first, then the product, capped at the parent's: (above * (h + 1)) / (t + 1) can round one ulp
-            # above ``above`` when h = t, and a child ranked before its parent breaks the pick's tree
-            product = above * rate
-            append(product if product < above else above)
-        return out
-
-    def observe(self, parents: list[int], proposed: list[int], accepted: set[int]) -> None:
-        """Nodes ``proposed`` were verified, nodes ``accepted`` were on the accepted path (indices into ``parents``).
-        Under greedy decoding (and the per-position draw) at most one child of a node can be right, so the accepted
-        path holds every node that was right with its whole path: a tried node is right iff it is on the path."""
-        self.version += 1
-        grow = max(proposed, default=-1) + 1 - len(self.trials)
-        if grow > 0:
-            self.trials += [0.0] * grow
-            self.hits += [0.0] * grow
-        # the tried nodes: those hanging off the root, and the children of accepted nodes. Per pick, once: a graph
-        # engine keeps its template's pick for up to RERANK_MAX steps, and walking its 68 nodes at every step was
-        # a third of decoder.auto's host time per step there
-        layout = self.layout
-        if layout is None or layout[0] != proposed or layout[1] != parents:
-            roots = [i for i in proposed if parents[i] < 0]
-            children: dict[int, list[int]] = {}
-            for i in proposed:
-                if parents[i] >= 0:
-                    children.setdefault(parents[i], []).append(i)
-            layout = self.layout = (list(proposed), list(parents), roots, children)
-        trials, hits, children = self.trials, self.hits, layout[3]
-        for i in layout[2]:
-            trials[i] = trials[i] * FORGET + 1
-            hits[i] = hits[i] * FORGET + (i in accepted)
-        for a in accepted:
-            for i in children.get(a, ()):
-                trials[i] = trials[i] * FORGET + 1
-                hits[i] = hits[i] * FORGET + (i in accepted)
 
 
 class Controller:
@@ -254,13 +137,13 @@ class Controller:
     def __init__(self, cost: Callable[[float, str], float],
                  draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True, sticky: float = 0.0,
                  catch_up: Callable[[str], float] | None = None):
-        self.streams: dict[str, Nodes] = {}
+        self.streams: dict[str, Stream] = {}
         self.cost, self.draft_cost = cost, draft_cost  # (draft_cost None: drafting costs no draft model)
         self.catch_up, self.room = catch_up, 1
         self.context: int | None = None
         self.backoff = backoff  # False: every EXPLORE-th step explores, whatever it paid (Drafter.backoff)
         self.sticky = sticky  # > 0: a template's last pick stays unless the best is that much better (STICKY)
-        self.asked: tuple[Nodes, list[int], list[int], str] | None = None  # this step's nodes, parents, kept, stream
+        self.asked: tuple[Stream, list[int], list[int], str] | None = None  # this step's nodes, parents, kept, stream
         self.probe: float | None = None  # an exploration past an empty best pick: its step's price (seconds)
         self.probe_cost = 0.0  # ... and what it costs whole, the draft model's catch-up included (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
@@ -308,14 +191,14 @@ class Controller:
         a mask)."""
         return self._cost.split_list(extra, n, self.at())
 
-    def nodes_of(self, stream: str) -> Nodes:
+    def nodes_of(self, stream: str) -> Stream:
         """The statistics of ``stream``, new on its first step (looked up before made: this runs at every step)."""
         nodes = self.streams.get(stream)
         if nodes is None:
-            nodes = self.streams[stream] = Nodes()
+            nodes = self.streams[stream] = Stream()
         return nodes
 
-    def step(self, stream: str, nodes: Nodes) -> bool:
+    def step(self, stream: str, nodes: Stream) -> bool:
         """Count a step of ``stream``; whether it explores: the stream's own schedule, or in a batch the plan's,
         entered once per step (``batch_idle`` may have entered it already and let the row look)."""
         if self.plan is None:
@@ -463,7 +346,7 @@ class Controller:
         nodes.still = still if not (explore or chosen or allow) else None
         return self.picked(nodes, parents, sorted(chosen), stream)
 
-    def kept_pick(self, nodes: Nodes, parents: list[int], cuts: list[int] | None, allow: list[bool] | None,
+    def kept_pick(self, nodes: Stream, parents: list[int], cuts: list[int] | None, allow: list[bool] | None,
                   explore: bool) -> list[int] | None:
         """On a graph engine (``sticky``, at batch 1 only: a batch's rows are not sticky): this step's pick if it keeps
         the last ranked one, else None (rank). A pick is kept for ``nodes.rerank`` steps (``RERANK``, doubling up to
@@ -489,7 +372,7 @@ class Controller:
             return None
         return prefix(max((c for c in cuts if c <= min(nodes.size, len(parents))), default=0))
 
-    def keeps_size(self, nodes: Nodes, n: int, explore: bool) -> bool:
+    def keeps_size(self, nodes: Stream, n: int, explore: bool) -> bool:
         """Whether this step keeps the last ranked size of a prefix of ``n`` candidates (``kept_pick``)."""
         size = nodes.size
         return bool(self.sticky and size and self.draft_cost is None
@@ -557,7 +440,7 @@ class Controller:
         self.picked(nodes, parents, [], stream)
         return True
 
-    def batch_idle(self, nodes: Nodes | None, stream: str, parents: list[int] | None, kind: str, extra: int) -> bool:
+    def batch_idle(self, nodes: Stream | None, stream: str, parents: list[int] | None, kind: str, extra: int) -> bool:
         """``idle`` in a batch: an AR step without a lookup when the batch's size for this step is 0 and it does not
         explore (and fewer than ``IDLE_RUN`` steps in a row were idle), offering the last candidates' gains for the
         next step's size instead of this step's. Looking at every step, REST's rows paid their corpus lookup (~1 ms
@@ -577,7 +460,7 @@ class Controller:
         self.picked(nodes, parents, [], stream)
         return True
 
-    def result(self, nodes: Nodes, stream: str, paid: bool, tokens: float = 0.0, size: int = 0,
+    def result(self, nodes: Stream, stream: str, paid: bool, tokens: float = 0.0, size: int = 0,
                lost: float = 0.0) -> None:
         """What this step's exploration was worth, to the schedule it came from: the stream's own (``lost``: AR steps'
         time it cost beyond the tokens it emitted, ``Backoff.result``), or the batch's (``tokens`` emitted by an AR step
@@ -587,7 +470,7 @@ class Controller:
         else:
             self.plan.result(self, paid, tokens, size)
 
-    def picked(self, nodes: Nodes, parents: list[int], keep: list[int], stream: str) -> list[int]:
+    def picked(self, nodes: Stream, parents: list[int], keep: list[int], stream: str) -> list[int]:
         """Record this step's pick (for ``observe`` and ``describe``) and return it."""
         self.asked = (nodes, parents, keep, stream) if keep else None
         self.sizes.append((stream, len(keep)))

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from specnoise.decoding.auto import Backoff
+from specnoise.decoding.acceptance import Backoff
 from specnoise.decoding.cost import CHAIN, TREE
 from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.ngram import NGramPool, ahead_noise
@@ -155,8 +155,8 @@ class Lookahead(Drafter):
         if self.decoder.auto is not None:
             # the controller cuts whole n-grams (pool order), the window riding along as extra rows. A step that
             # verifies none is a plain AR step without the window, unless the window runs at every step here
-            # (``steady``) or the run of such steps is due to explore (auto.Backoff: the EXPLORE-th, then ever more
-            # rarely while the run lasts)
+            # (``steady``) or the run of such steps is due to explore (acceptance.Backoff: the EXPLORE-th, then ever
+            # more rarely while the run lasts)
             m = self.cfg.N - 2 if self.cfg.faithful else self.cfg.N - 1
             cells, cost = self.window.cells(), self.decoder.auto.cost
             n = len(self.window.pool.get(self.seq[-1])) * m

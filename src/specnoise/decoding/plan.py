@@ -25,7 +25,8 @@ from specnoise.decoding.auto import RERANK
 from specnoise.decoding.cost import CHAIN, TREE, Curve
 
 if TYPE_CHECKING:
-    from specnoise.decoding.auto import Backoff, Controller
+    from specnoise.decoding.acceptance import Backoff
+    from specnoise.decoding.auto import Controller
 
 # in a lock-step batch, the rows within this many tokens of the most still to come are the batch's last to finish
 # (``Plan.best``): their steps are the batch's steps
