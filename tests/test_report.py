@@ -211,7 +211,7 @@ def test_noisy_rows_calibration_and_ci_reach_the_report(tmp_path, capsys):
 
 
 def test_speedup_bars_carry_the_ci_as_error_bars():
-    from specnoise.report import ci_errors
+    from specnoise.report_plots import ci_errors
 
     df = pd.DataFrame({"decoder": ["pld", "jacobi"], "group": ["", ""], "speedup": [1.5, 0.8],
                        "speedup_ci_low": [1.2, 0.7], "speedup_ci_high": [1.9, 0.85]})
@@ -299,7 +299,7 @@ def test_a_crowded_figure_saves_without_warnings(tmp_path):
 
     import matplotlib.pyplot as plt
 
-    from specnoise.report import _save
+    from specnoise.report_plots import save
 
     fig, axes = plt.subplots(4, 1, figsize=(1.0, 1.0))  # too small for its labels: tight_layout gives up, warning
     for ax in axes:
@@ -307,7 +307,7 @@ def test_a_crowded_figure_saves_without_warnings(tmp_path):
         ax.set_title("t " * 30)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _save(fig, tmp_path / "crowded.png")
+        save(fig, tmp_path / "crowded.png")
     assert (tmp_path / "crowded.png").read_bytes().startswith(PNG)
 
 

@@ -27,7 +27,8 @@ import pandas as pd
 
 from specnoise.config import UserError
 from specnoise.files import write_atomic
-from specnoise.report import _fmt, _save, collect
+from specnoise.report import _fmt, collect
+from specnoise.report_plots import save
 
 SIZE, NOISE, BASELINE = "scaling_base", "scaling_noise", "sft"
 DECODERS = ("jacobi", "tr_jacobi")
@@ -117,7 +118,7 @@ def plot_lift(table: pd.DataFrame, path: Path, size: str = SIZE, noise: str = NO
               baseline: str = BASELINE) -> None:
     """Lift against parameter count (log x), one line per noise setting, one panel per decoder; an open marker is
     a setting whose quality is more than 2% worse than SFT's."""
-    import matplotlib.pyplot as plt  # after specnoise.report chose the Agg backend
+    import matplotlib.pyplot as plt  # after specnoise.report_plots chose the Agg backend
 
     lifts = [c for c in (f"lift_{d}" for d in DECODERS) if c in table]
     fig, axes = plt.subplots(len(lifts), 1, figsize=(7.5, 3.2 * len(lifts)), squeeze=False)
@@ -135,7 +136,7 @@ def plot_lift(table: pd.DataFrame, path: Path, size: str = SIZE, noise: str = NO
         ax.set_xlabel("parameters (open marker: quality more than 2% worse than SFT's)")
         ax.set_ylabel(f"MAT lift over SFT ({col.removeprefix('lift_')})")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    _save(fig, path)
+    save(fig, path)
 
 
 def exact_ratios(df: pd.DataFrame) -> pd.DataFrame:
