@@ -12,9 +12,9 @@ from transformers import MistralConfig, MistralForCausalLM
 from specnoise.config import UserError
 from specnoise.decoding import kv as kv_module
 from specnoise.decoding.kv import DynamicEngine, self_test
+from specnoise.decoding.proposal import tree_shape
 from specnoise.decoding.tr_jacobi import retrieve
 from specnoise.decoding.trees import TEMPLATES, build_tree, with_prefix
-from specnoise.decoding.verifier import tree_shape
 
 
 def causal_logits(model, tokens: list[int]) -> torch.Tensor:

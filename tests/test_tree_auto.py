@@ -162,8 +162,8 @@ def test_a_cut_to_one_branch_keeps_root_to_leaf_paths(node):
     """decoder.auto may keep one branch of the template (one node under the root, a chain): the cut tree's paths are
     its root-to-leaf paths only, so the verifier's chain path (its first) runs through the kept node, not the
     root alone left over from the branches cut away (that path compacted the wrong KV slot: tokens diverged)."""
+    from specnoise.decoding.proposal import tree_shape
     from specnoise.decoding.tr_jacobi import cut
-    from specnoise.decoding.verifier import tree_shape
 
     tree = build_tree(AUTO_TEMPLATE, 10, 5)
     keep = sorted([node, *(i - 1 for i in ancestors(tree, node + 1))])  # (node indices 0-based, tree inputs 1-based)

@@ -9,7 +9,8 @@ import torch
 
 from specnoise.config import ARConfig
 from specnoise.decoding.kv import DynamicEngine
-from specnoise.decoding.verifier import Proposal, Step, Verifier, chain_shape, prompt_seed, tree_shape
+from specnoise.decoding.proposal import Proposal, Step, chain_shape, tree_shape
+from specnoise.decoding.verifier import Verifier, prompt_seed
 
 TRIALS = 4000
 THRESHOLD = 0.05  # TV of 4000 exact draws over <= 6 outcomes is ~0.015; the wrong samplers are > 0.1 away
@@ -168,7 +169,8 @@ def test_rows_judged_together_equal_each_judged_alone(kinds):
     """A batch's greedy rows of different shapes (a tree, chains, the root alone, a block with a row outside its
     tree; or chains alone, which take the chain's rule), padded to the largest and judged in one function, get each
     the reply it gets alone: what the host reads, what its hook keeps, the argmax, the bonus token and the path."""
-    from specnoise.decoding.verifier import TOGETHER_CPU, Check, judge_rows, read_argmax
+    from specnoise.decoding.proposal import read_argmax
+    from specnoise.decoding.verifier import TOGETHER_CPU, Check, judge_rows
 
     g = torch.Generator().manual_seed(0)
     tree = tree_shape([0, 1, 0, 3, 4, 0, 6, 7], [[0, 1, 2], [0, 3, 4, 5], [0, 6, 7, 8]])

@@ -15,7 +15,8 @@ import torch
 
 from specnoise.config import ASSETS_DIR, ModelConfig
 from specnoise.decoding.kv import DynamicEngine
-from specnoise.decoding.verifier import Verifier, tree_shape
+from specnoise.decoding.proposal import tree_shape
+from specnoise.decoding.verifier import Verifier
 from specnoise.models import load_model
 
 ROUNDS = 300

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from specnoise.bench.runner import set_up
 from specnoise.conf_store import register
-from specnoise.decoding.verifier import read_argmax
+from specnoise.decoding.proposal import read_argmax
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 DEFAULTS = ["pair=small-code", "decoder=speculative", "decoder.gamma=20", "logger=none", "benchmark.threads=1",

@@ -12,7 +12,8 @@ from typing import ClassVar
 import torch
 
 from specnoise.decoding.cost import TREE
-from specnoise.decoding.verifier import Proposal, Verdict, chain_shape
+from specnoise.decoding.proposal import Proposal, chain_shape
+from specnoise.decoding.verifier import Verdict
 
 
 class Drafter:

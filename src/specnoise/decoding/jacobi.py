@@ -10,7 +10,7 @@ from __future__ import annotations
 from specnoise.decoding.cost import CHAIN
 from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.ngram import ahead_noise
-from specnoise.decoding.verifier import Proposal, read_argmax
+from specnoise.decoding.proposal import Proposal, read_argmax
 
 
 class Jacobi(Drafter):

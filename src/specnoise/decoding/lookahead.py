@@ -20,7 +20,7 @@ from specnoise.decoding.acceptance import Backoff
 from specnoise.decoding.cost import CHAIN, TREE
 from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.ngram import NGramPool, ahead_noise
-from specnoise.decoding.verifier import Proposal, Shape, tree_shape
+from specnoise.decoding.proposal import Proposal, Shape, tree_shape
 
 
 class Layout(NamedTuple):

@@ -29,9 +29,10 @@ from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.kv import Read
 from specnoise.decoding.lookahead import Window
 from specnoise.decoding.ngram import NGramPool
+from specnoise.decoding.proposal import Proposal, Shape, read_argmax, tree_shape
 from specnoise.decoding.sampling import fit_vocab, warp
 from specnoise.decoding.speculative import catch_up_cost, check_draft_context, draft_tokens, draft_vocab, rewind
-from specnoise.decoding.verifier import Proposal, Shape, Verifier, prompt_generator, read_argmax, tree_shape
+from specnoise.decoding.verifier import Verifier, prompt_generator
 
 
 def harvest_discarded(pool: NGramPool, rejected: list[int], preds: list[int], M: int) -> None:

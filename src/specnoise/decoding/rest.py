@@ -21,7 +21,7 @@ import numpy as np
 
 from specnoise.decoding.corpus import open_datastore
 from specnoise.decoding.drafter import Drafter
-from specnoise.decoding.verifier import Proposal, tree_shape
+from specnoise.decoding.proposal import Proposal, tree_shape
 from specnoise.errors import ConfigError
 
 

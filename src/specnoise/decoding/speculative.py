@@ -18,8 +18,9 @@ import torch
 from specnoise.decoding.cost import CHAIN
 from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.kv import Engine, Forward
+from specnoise.decoding.proposal import Proposal
 from specnoise.decoding.sampling import fit_vocab, greedy, sample, warp
-from specnoise.decoding.verifier import Proposal, prompt_generator
+from specnoise.decoding.verifier import prompt_generator
 from specnoise.errors import UserError
 from specnoise.models import check_same_tokenizer
 

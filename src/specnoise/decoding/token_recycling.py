@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.kv import upload, upload_tables
+from specnoise.decoding.proposal import Proposal, chain_shape, tree_shape
 from specnoise.decoding.trees import build_tree
-from specnoise.decoding.verifier import Proposal, chain_shape, tree_shape
 from specnoise.errors import ConfigError
 
 

@@ -28,8 +28,8 @@ from specnoise.decoding.cost import TREE, Curve, interpolate, measure_forward_co
 from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.kv import upload
 from specnoise.decoding.ngram import ahead_noise, suffix_continuation
+from specnoise.decoding.proposal import Proposal, tree_shape
 from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, Tree, best_size, build_tree, sub_tree
-from specnoise.decoding.verifier import Proposal, tree_shape
 
 log = logging.getLogger("specnoise")
 

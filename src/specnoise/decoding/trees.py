@@ -22,7 +22,7 @@ from specnoise.tree_templates import MC_SIM_7B_63, TEMPLATES  # noqa: F401  (the
 class Tree:
     """A template as the drafters read it, in host lists (a step walks them in Python, faster than a dozen tiny tensor
     ops). What the forward and the verifier take (mask, positions, paths as tensors) is the ``Shape`` that
-    ``verifier.tree_shape`` builds from ``parent`` and ``paths``."""
+    ``proposal.tree_shape`` builds from ``parent`` and ``paths``."""
 
     nodes: list[tuple[int, ...]]  # template order, retrieval chain first
     parent: list[int]  # [N + 1]; the root is its own parent
