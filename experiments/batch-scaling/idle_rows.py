@@ -12,11 +12,10 @@ Usage: python experiments/batch-scaling/idle_rows.py [--decoders speculative,our
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
-from row_host import humaneval_batch  # (run as a script: its folder is on the path)
+from row_host import cli, humaneval_batch  # (run as a script: its folder is on the path)
 
 from specnoise.config import ASSETS_DIR, DECODER_SCHEMAS, ModelConfig
 from specnoise.decoding import base, batch
@@ -73,10 +72,4 @@ def main(names: list[str], rows: int, repeats: int, auto: bool) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--decoders", default="speculative,ouroboros")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--auto", action="store_true")
-    args = parser.parse_args()
-    main(args.decoders.split(","), args.batch, args.repeats, args.auto)
+    cli(main, "speculative,ouroboros", batch=4, repeats=5, auto=True)

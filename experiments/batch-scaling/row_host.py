@@ -73,17 +73,20 @@ def main(names: list[str], rows: int, repeats: int) -> None:
     base.lockstep = lockstep
 
 
-def cli(main, decoders: str | None) -> None:
-    """This folder's timers' command line: ``main(decoder names, batch size, repeats)``; ``decoders``: the default of
-    ``--decoders`` (None: a timer of fixed settings, no such option, no names)."""
+def cli(main, decoders: str | None, batch: int = 16, repeats: int = 3, auto: bool = False) -> None:
+    """This folder's timers' command line: ``main(decoder names, batch size, repeats[, auto])``; ``decoders``: the
+    default of ``--decoders`` (None: a timer of fixed settings, no such option, no names); ``batch``, ``repeats``:
+    the defaults of ``--batch`` and ``--repeats``; ``auto``: a ``--auto`` flag (decoder.auto=true), passed on."""
     parser = argparse.ArgumentParser()
     if decoders is not None:
         parser.add_argument("--decoders", default=decoders)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    if auto:
+        parser.add_argument("--auto", action="store_true")
     args = parser.parse_args()
-    main(args.decoders.split(",") if decoders is not None else [], args.batch, args.repeats)
-
+    names = args.decoders.split(",") if decoders is not None else []
+    main(names, args.batch, args.repeats, *([args.auto] if auto else []))
 
 if __name__ == "__main__":
     cli(main, "ar,pld,tr_jacobi")
