@@ -356,6 +356,7 @@ def test_drafters_fed_by_their_explorations_do_not_back_off(target, draft):
     fed = {name for name in DRAFTERS if not decoder_class(name).drafter_class.backoff}
     assert fed == {"tr_jacobi", "token_recycling", "sam"}
 
+
 def test_a_real_run_tells_the_controller_whether_to_back_off(target, draft, tmp_path):
     for name, backoff in (("pld", True), ("tr_jacobi", False)):
         decoder = build_decoder(schema(name, auto=True, cost_cache=str(tmp_path)), target, draft)

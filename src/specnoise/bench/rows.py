@@ -79,7 +79,6 @@ class Measured:
         return [t.out.tokens for t in self.runs[decoder][sample.id]]
 
 
-
 def prompt_rows(m: Measured) -> list[dict]:
     """One row per (sample, turn, decoder); the sample's score sits on its last turn."""
     return [row for s in m.samples for row in sample_rows(m, s)]
@@ -256,6 +255,7 @@ def per_token_repeats(turns: list[Turn]) -> list[float]:
 
 def _total(values: list[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else sum(values)
+
 
 def logged(fed: list | None) -> list[tuple] | None:
     """A forward log read back from per_prompt.jsonl (JSON lists: tokens, with a mask, and the tokens cached before

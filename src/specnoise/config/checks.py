@@ -33,7 +33,6 @@ def config_dir() -> Path:
     raise FileNotFoundError("specnoise configs not found (expected conf/config.yaml next to the package)")
 
 
-
 def check_corpus(path: str | None, key: str = "decoder.corpus") -> None:
     """Fail at config time, before any model loads, on a corpus that is not there or is empty."""
     if path is None:

@@ -268,6 +268,7 @@ class Verifier:
 # function below takes B rows on a leading dimension. The rule is ``Verifier.verify``'s (a row alone keeps its own
 # unbatched ops, ``Verifier.finish``; test_rows_judged_together_equal_each_judged_alone holds the two equal).
 
+
 def picks_at(rules: Rules, y: torch.Tensor) -> torch.Tensor:
     """The target's token at each tree input, [B, N + 1], from its argmax at every block row ``y`` [B, 1 + Q]."""
     return y[:, :rules.at.shape[1]] if rules.prefix else y.gather(1, rules.at.expand(len(y), -1))
