@@ -25,7 +25,7 @@ from specnoise.bench.timing import ADVICE, noise_reasons
 from specnoise.config import Config, ReportConfig, UserError
 from specnoise.files import write_atomic
 from specnoise.report_html import write_html
-from specnoise.report_plots import plot_bars, plot_batch_scaling, plot_sweep
+from specnoise.report_plots import as_text, plot_bars, plot_batch_scaling, plot_sweep
 from specnoise.training.reuse import TRAINED_LABEL
 
 log = logging.getLogger("specnoise.report")
@@ -195,7 +195,7 @@ def varying(df: pd.DataFrame, candidates: list[str]) -> list[str]:
     for col in candidates:
         if col not in df or df[col].nunique(dropna=False) < 2:
             continue
-        n = _text(df[chosen + [col]]).drop_duplicates().shape[0]
+        n = as_text(df[chosen + [col]]).drop_duplicates().shape[0]
         if n > groups:
             chosen.append(col)
             groups = n
@@ -238,7 +238,7 @@ def own_models(df: pd.DataFrame, col: str, x: str) -> bool:
     being the axis. A model shared by the jobs of one training (``train.cache_dir``) is a setting again."""
     if col != "model" or not df[col].astype(str).str.contains(TRAINED_LABEL).all():
         return False
-    pairs = _text(df[[col, x]]).drop_duplicates()
+    pairs = as_text(df[[col, x]]).drop_duplicates()
     return pairs[col].is_unique and pairs[x].is_unique
 
 
@@ -246,14 +246,8 @@ def varies_alone(df: pd.DataFrame, col: str, others: list[str]) -> bool:
     keys = [c for c in others if c in df and df[c].nunique(dropna=False) > 1]
     if not keys:
         return True
-    groups = _text(df[keys]).agg("|".join, axis=1)
+    groups = as_text(df[keys]).agg("|".join, axis=1)
     return bool((df.groupby(groups)[col].nunique() > 1).any())
-
-
-def _text(df: pd.DataFrame) -> pd.DataFrame:
-    """Every cell as text, a missing one included: a label or a group key (``astype(str)`` keeps NaN as NaN on
-    pandas >= 3, and joining it fails)."""
-    return df.map(str)
 
 
 # ------------------------------------------------------------------------------------------- output

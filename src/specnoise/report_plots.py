@@ -17,12 +17,17 @@ from specnoise.bench.measure import REFERENCE  # noqa: E402  (a batched job's AR
 from specnoise.files import write_atomic  # noqa: E402
 
 
+def as_text(df: pd.DataFrame) -> pd.DataFrame:
+    """Every cell as text, a missing one included: a label or a group key (``astype(str)`` keeps NaN as NaN on
+    pandas >= 3, and joining it fails)."""
+    return df.map(str)
+
+
 def label(df: pd.DataFrame, cols: list[str]) -> pd.Series:
-    """Each row's ``key=value`` of ``cols`` (every cell as text: ``map(str)``, as ``astype(str)`` keeps NaN on pandas
-    >= 3, and joining it fails)."""
+    """Each row's ``key=value`` of ``cols``."""
     if not cols:
         return pd.Series("", index=df.index)
-    return df[cols].map(str).apply(lambda r: " ".join(f"{k}={v}" for k, v in r.items()), axis=1)
+    return as_text(df[cols]).apply(lambda r: " ".join(f"{k}={v}" for k, v in r.items()), axis=1)
 
 
 def plot_bars(df: pd.DataFrame, hue: list[str], metrics: list[str], path: Path, by: str = "decoder") -> None:
