@@ -212,9 +212,15 @@ class BatchKV:
 
     def _rows_cache(self, index: torch.Tensor) -> DynamicCache:
         """A cache of the rows at batch ``index`` only (one indexed copy per layer): full layers, as ``dense_cache``
-        makes, built from the data alone. Built from the model's config, at every such forward, it took ~840 us on the
-        2-core CPU for the shipped draft model's 4 layers (2 of 4 rows, 200 slots), from the data ~490 us."""
-        return DynamicCache(ddp_cache_data=[(layer.keys[index], layer.values[index]) for layer in self.cache.layers])
+        makes, built from the data alone (from the model's config, at every such forward, it took ~840 us on the
+        2-core CPU for the shipped draft model's 4 layers, 2 of 4 rows, 200 slots; from the data ~490 us). The layers
+        are made empty and handed the gathered rows: given the rows, a layer concatenates them onto an empty tensor, a
+        second copy of every row (Ouroboros at B = 4 on the first 16 HumanEval problems: 568 us a call against 388)."""
+        layers = self.cache.layers
+        cache = DynamicCache(ddp_cache_data=[(layer.keys[:0, :, :0], layer.values[:0, :, :0]) for layer in layers])
+        for mine, layer in zip(cache.layers, layers, strict=True):
+            mine.keys, mine.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
+        return cache
 
     def _put_back(self, cache, index: torch.Tensor, Q: int) -> None:
         """After a forward of the rows at ``index`` alone (``cache``: theirs, Q slots longer): every row Q slots longer,
