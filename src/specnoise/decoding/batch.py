@@ -274,12 +274,12 @@ class BatchKV:
             old, self.bucket = self.cache, bucket(max(len(live), 1))
             self.cache = self.engine.batch_cache(self.bucket, self.need)
             for new, layer in zip(self.cache.layers, old.layers):
-                new.keys[:len(live), :, :self.phys] = layer.keys[index, :, :self.phys]
-                new.values[:len(live), :, :self.phys] = layer.values[index, :, :self.phys]
+                new.keys[:len(live), :, :self.phys] = layer.keys[:, :, :self.phys].index_select(0, index)
+                new.values[:len(live), :, :self.phys] = layer.values[:, :, :self.phys].index_select(0, index)
             torch._foreach_add_(self._offsets(), self.phys)
-        else:
+        else:  # (index_select: a gather of whole rows by advanced indexing took 5-7x as long on the CPU)
             for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[index], layer.values[index]
+                layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
         self.at = {r: i for i, r in enumerate(live)}
 
 
