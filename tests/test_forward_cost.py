@@ -26,7 +26,6 @@ TINY_ARCH = ["train.arch.vocab_size=128", "train.arch.hidden_size=32", "train.ar
 FAST = ["forward_cost.q=[2,4]", "forward_cost.cache_len=32", "forward_cost.repeats=2", "forward_cost.warmup=1"]
 
 
-
 def configure(*overrides):
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=["task=forward_cost", "logger=none", *overrides])

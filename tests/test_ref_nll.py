@@ -24,7 +24,6 @@ SHIPPED_SFT = ASSETS_DIR / "models" / "small-code-sft"
 HUMANEVAL = str(ASSETS_DIR / "data" / "humaneval" / "HumanEval.jsonl.gz")
 
 
-
 @pytest.fixture(scope="module")
 def random_model(tmp_path_factory) -> Path:
     # the test tokenizer spends ~1 token per byte: a long context lets CNN/DM articles fit

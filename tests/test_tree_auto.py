@@ -21,7 +21,6 @@ from specnoise.decoding.trees import AUTO_TEMPLATE, NodeStats, best_size, build_
 PROMPTS = prompts(5, seed=3)
 
 
-
 # ------------------------------------------------------------------------------------------ selection
 def test_best_size_trades_acceptance_against_cost():
     p = [0.05, 0.9, 0.1, 0.5]
@@ -117,7 +116,6 @@ def test_auto_tree_learns_the_accepted_nodes():
     assert max(stats.hits[5:]) < stats.steps / 2  # the rest is ahead noise (a fully accepted path leaves no rows)
     assert with_retrieval.drafter.R == 5 and with_retrieval.meta["expected_accepted"] > 5
     assert with_retrieval.generate(prompt[:4], 40).tokens == ar(target, prompt[:4], 40)
-
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 9, 30, 68])

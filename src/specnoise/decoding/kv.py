@@ -359,8 +359,6 @@ class DynamicEngine(Engine):
             self.cache.crop(-extra)
 
 
-
-
 @torch.inference_mode()
 def self_test(model: torch.nn.Module, atol: float | None = None) -> float:
     """Check that a tree forward gives every node the logits of a plain causal forward of its path.
