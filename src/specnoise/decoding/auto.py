@@ -148,7 +148,7 @@ class Controller:
         self.probe_cost = 0.0  # ... and what it costs whole, the draft model's catch-up included (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
         self.plan = None  # in a lock-step batch: the rows' shared sizes (plan.py ``Plan``, set by start_auto_rows)
-        self.entered: bool | None = None  # in a batch: ``idle`` entered this step's plan (whether it explores)
+        self.entered: tuple[str, bool] | None = None  # in a batch: ``idle`` entered this step's plan (stream, explore)
         # at batch 1 on the CPU with a curve probed here (``Decoder.start_auto``): the run's step times, which price
         # host work and judge explorations (None: prices alone, as a pinned curve's study reproduces them)
         self.times = None  # a calibration.StepTimes (set by the decoder: this module does not import that one)
@@ -200,12 +200,11 @@ class Controller:
 
     def step(self, stream: str, nodes: Stream) -> bool:
         """Count a step of ``stream``; whether it explores: the stream's own schedule, or in a batch the plan's,
-        entered once per step (``batch_idle`` may have entered it already and let the row look, for the stream of the
-        drafter's last step: REST's next one is known once it has looked)."""
+        entered once per step (``batch_idle`` may have entered it already and let the row look)."""
         if self.plan is None:
             return nodes.explore.due()
-        if self.entered is not None:
-            explore, self.entered = self.entered, None
+        if self.entered is not None and self.entered[0] == stream:
+            explore, self.entered = self.entered[1], None
             return explore
         return self.plan.enter(self, nodes.explore)
 
@@ -452,7 +451,7 @@ class Controller:
             return False
         explore = self.plan.enter(self, nodes.explore)
         if explore or self.plan.size != 0:
-            self.entered = explore
+            self.entered = (stream, explore)
             return False
         order = list(range(len(parents)))
         self.plan.pick(self, stream, expected(nodes.p(parents), order), kind, extra)
