@@ -6,13 +6,13 @@
 - **a left-out forward's cache**: a draft forward that only some rows ask for runs over theirs alone
   (``BatchKV._rows_cache``): the layers made empty and handed the gathered rows now; before, a ``DynamicCache`` built
   from the gathered rows, which concatenates them onto an empty tensor (a second copy). Faithful Ouroboros in groups
-  of 4 of the same 16 problems.
+  of ``--batch`` (4) of the same 16 problems.
 
 64 new tokens, fp32, one thread, the shipped small-code-msn (+ small-code-draft); one untimed generation, then
 ``--repeats`` generations per form, alternating. Per form: the calls per generation, ms per call, and their share of
 the generations' time; every generation's tokens equal between the forms.
 
-Usage: python experiments/batch-scaling/cache_copies.py [--repeats 3]
+Usage: python experiments/batch-scaling/cache_copies.py [--batch 4] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -91,10 +91,10 @@ def main(names: list[str], rows: int, repeats: int) -> None:
                 lambda d=decoder: [o.tokens for o in d.generate_batch(prompts, 64)], repeats)
     decoder = base.build_decoder(DECODER_SCHEMAS["ouroboros"](), target, draft)
     # each generation from an empty phrase pool: the forms then run the same forwards
-    compare("ouroboros (B = 4): a left-out forward's cache", "_rows_cache", rows_cache_before,
-            lambda: decoder.reset_history() or [o.tokens for g in range(0, 16, 4)
-                                                for o in decoder.generate_batch(prompts[g:g + 4], 64)], repeats)
+    compare(f"ouroboros (B = {rows}): a left-out forward's cache", "_rows_cache", rows_cache_before,
+            lambda: decoder.reset_history() or [o.tokens for g in range(0, 16, rows)
+                                                for o in decoder.generate_batch(prompts[g:g + rows], 64)], repeats)
 
 
 if __name__ == "__main__":
-    cli(main, None, repeats=3)
+    cli(main, None, batch=4, repeats=3)
