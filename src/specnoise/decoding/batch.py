@@ -48,6 +48,7 @@ from specnoise.decoding.kv import (
     Read,
     as_ids,
     attention_mask,
+    cache_holding,
     causal_block,
     dense_cache,
     log_entry,
@@ -194,10 +195,11 @@ class BatchKV:
                 layers.append([(layer.keys, layer.values) for layer in single.cache.layers])
                 self.lens[r] = self.fixed[r] = single.length
             Q = max(self.lens[r] for r in rows)
-            for i, parts in enumerate(zip(*layers)):  # layer i: each row's (keys, values), [1, heads, q, dim]
-                keys, values = (torch.cat([F.pad(part[w], (0, 0, 0, Q - part[w].shape[2])) for part in parts])
-                                for w in (0, 1))  # (the pads: masked, never read)
-                self.cache.update(keys, values, i)
+            stacked = []  # layer by layer, the rows' (keys, values), each [1, heads, q, dim] padded to Q
+            for parts in zip(*layers):
+                stacked.append(tuple(torch.cat([F.pad(part[w], (0, 0, 0, Q - part[w].shape[2])) for part in parts])
+                                     for w in (0, 1)))  # (the pads: masked, never read)
+            self.cache = cache_holding(stacked)
         self.phys = Q
         self.forwards += 1
         return out
@@ -211,16 +213,11 @@ class BatchKV:
         return self.model(input_ids=ids, position_ids=pos, attention_mask=mask, **kwargs).logits[:, -rows_kept:]
 
     def _rows_cache(self, index: torch.Tensor) -> DynamicCache:
-        """A cache of the rows at batch ``index`` only (one indexed copy per layer): full layers, as ``dense_cache``
-        makes, built from the data alone (from the model's config it took ~840 us a forward on the 2-core CPU for the
-        shipped draft model's 4 layers, 2 of 4 rows, 200 slots, from the data ~490 us). Its layers are made empty and
-        handed the gathered rows: a layer given the rows concatenates them onto an empty tensor, a second copy
-        (0.54 -> 0.33 ms a call, faithful Ouroboros at B = 4: batch-scaling/cache_copies.py)."""
-        layers = self.cache.layers
-        cache = DynamicCache(ddp_cache_data=[(layer.keys[:0, :, :0], layer.values[:0, :, :0]) for layer in layers])
-        for mine, layer in zip(cache.layers, layers, strict=True):
-            mine.keys, mine.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
-        return cache
+        """A cache of the rows at batch ``index`` only (one indexed copy per layer), built from the data alone (from
+        the model's config it took ~840 us a forward on the 2-core CPU for the shipped draft model's 4 layers, 2 of 4
+        rows, 200 slots, from the data ~490 us)."""
+        return cache_holding([(layer.keys.index_select(0, index), layer.values.index_select(0, index))
+                              for layer in self.cache.layers])
 
     def _put_back(self, cache, index: torch.Tensor, Q: int) -> None:
         """After a forward of the rows at ``index`` alone (``cache``: theirs, Q slots longer): every row Q slots longer,

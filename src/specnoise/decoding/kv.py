@@ -67,6 +67,16 @@ def dense_cache(config) -> DynamicCache:
     return DynamicCache() if sliding_window(config) else DynamicCache(config=config)
 
 
+def cache_holding(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    """A DynamicCache of full layers (as ``dense_cache`` makes) holding each layer's (keys, values) as they are: its
+    layers are made empty and handed the tensors, where a layer given them concatenates them onto an empty tensor, a
+    second copy (a batch's left-out rows: 0.54 -> 0.33 ms a call, batch-scaling/cache_copies.py)."""
+    cache = DynamicCache(ddp_cache_data=[(keys[:0, :, :0], values[:0, :, :0]) for keys, values in layers])
+    for layer, (keys, values) in zip(cache.layers, layers, strict=True):
+        layer.keys, layer.values = keys, values
+    return cache
+
+
 def causal_block(q: int, device=None) -> torch.Tensor:
     return torch.ones(q, q, dtype=torch.bool, device=device).tril_()
 
