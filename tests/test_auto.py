@@ -136,28 +136,6 @@ def test_the_rates_of_a_nodes_children_add_up_to_one_at_most():
     assert Nodes().p([-1, -1, 0, 1]) == [0.5, 0.5, 0.25, 0.25]  # nothing seen: even odds, the siblings' sum 1
 
 
-def test_a_family_members_prior_is_the_familys_pooled_statistics():
-    """REST keeps its statistics per length of the matched suffix, streams ``rest/...`` of one family: a member seen
-    seldom takes the family's rate, not even odds (at even odds REST's rare long-match streams verified large tries),
-    its own observations weigh in as they come, and an observation of one member moves the others' picks."""
-    controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.3 * (q - 1))
-    short, long = controller.nodes_of("rest/<3"), controller.nodes_of("rest/8+")
-    assert short.pool is long.pool is controller.pools["rest"] and controller.nodes_of("pld").pool is None
-    assert long.p(chain_parents(2)) == [0.5, 0.25]  # the family has seen nothing either
-    before = long.moved()
-    for _ in range(60):
-        short.observe(chain_parents(2), [0, 1], set())  # the short matches' tries all fail
-    assert long.moved() != before and long.version == 0
-    pooled = short.pool.rates()
-    assert long.p(chain_parents(2)) == pytest.approx([pooled[0], pooled[0] * pooled[1]]) and pooled[0] < 0.05
-    assert controller.size("rest/8+", 2) == 0  # drafting the family's rate does not pay
-    for _ in range(3):
-        long.observe(chain_parents(2), [0, 1], {0, 1})  # this member's own: all accepted
-    p, seen = long.p(chain_parents(2)), sum(acceptance.FORGET ** i for i in range(3))  # its forgetting trials = hits
-    assert p[0] == pytest.approx((seen + 2 * long.pool.rates()[0]) / (seen + 2))
-    assert p[0] > 0.5 and short.p(chain_parents(1))[0] < 0.1  # the pool moved a little, the short member stays low
-
-
 def test_untried_nodes_take_even_odds_after_their_parent_and_exploration_looks_past_the_pick():
     nodes = Stream()
     assert nodes.p(chain_parents(3)) == [0.5, 0.25, 0.125]  # nothing seen yet: even odds at every depth

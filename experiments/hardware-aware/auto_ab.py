@@ -8,8 +8,6 @@ generations take; here each is switched off in one copy of a decoder and left on
   Ouroboros).
 - ``times``: each step's host work priced and each exploration judged by its own time (calibration.py
   ``StepTimes``) vs by the prices alone; for any drafter.
-- ``match``: not a calibration: REST's acceptance statistics kept per length of its lookup's matched suffix
-  (``rest.MATCH_STREAMS``) in the switched-on copy, one set of them in the other (as before 2026-11-30); for REST.
 - ``attention``: not a calibration: the models loaded with ``attn_implementation=sdpa_gqa`` (attention.py: no copy of
   the KV cache per query head under a mask, as every tree and batched forward has) in the switched-on copy, ``sdpa``
   in the other (AR runs on ``sdpa``: its one-token and prefill forwards take neither copy).
@@ -22,7 +20,7 @@ one process, the order reversed from prompt to prompt and repeat to repeat; per 
 prompt (group), summed, AR's over the decoder's (its speedup), the slowest prompt's (group's), and whether every
 token equals AR's. The curves come from
 ``--cost-cache`` (probed there on first use). Usage: python experiments/hardware-aware/auto_ab.py
-[spec_bench|humaneval] [--switch scale|times|match|attention] [--batch 1] [--limit N]
+[spec_bench|humaneval] [--switch scale|times|attention] [--batch 1] [--limit N]
 [--decoders speculative,ouroboros] [--repeats 3] [--cost-cache outputs/cost_cache]
 """
 
@@ -52,8 +50,6 @@ def switch_off(decoder, switch: str) -> None:
     """``decoder`` without the calibration ``switch``, from its first generation on (its controller exists then)."""
     if switch == "scale":
         decoder.calibrate = lambda fed: None  # draft_scale stays 1: the curve's prices alone
-    elif switch == "match":
-        decoder.drafter.match_streams = ()
     else:
         decoder.auto.times = None  # prices alone, explorations judged by their price
 
@@ -89,13 +85,11 @@ def main(bench_name: str, switch: str, names: list[str], repeats: int, cost_cach
             model, drafter = models[on]
             decoders[column] = build_decoder(DECODER_SCHEMAS[name](auto=True, cost_cache=cost_cache), model,
                                              drafter if decoder_class(name).needs_draft else None)
-            if switch == "match" and not on:  # from the first generation on: the warm-up's statistics too
-                switch_off(decoders[column], switch)
         off.add(name)
     for column, decoder in decoders.items():  # warm-up: the curves, the first statistics
         for _, p in prompts[:3]:
             decoder.generate(p, 32)
-            if column in off and switch not in ("attention", "match"):
+            if column in off and switch != "attention":
                 switch_off(decoder, switch)
         if batch > 1:
             decoder.generate_batch([p for _, p in units[0]], 32)
@@ -145,7 +139,7 @@ def main(bench_name: str, switch: str, names: list[str], repeats: int, cost_cach
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("benchmark", nargs="?", default="spec_bench", choices=sorted(BENCHMARKS))
-    parser.add_argument("--switch", default="scale", choices=("scale", "times", "match", "attention"))
+    parser.add_argument("--switch", default="scale", choices=("scale", "times", "attention"))
     parser.add_argument("--batch", type=int, default=1, help="rows decoded together (groups of similar length)")
     parser.add_argument("--limit", type=int, default=0, help="the first N prompts (default: the benchmark's subset)")
     parser.add_argument("--decoders", default="speculative,ouroboros", help="comma-separated drafters")

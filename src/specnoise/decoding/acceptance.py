@@ -75,24 +75,13 @@ class Backoff:
 
 class Nodes:
     """One stream of candidates: per node index, the forgetting sums of trials (its parent's path was accepted, or
-    it hangs off the root) and hits (it was accepted too). ``pool``: the statistics of a family of streams (REST's,
-    one per length of the matched suffix) that every observation of this one adds to, and that stand in for its
-    prior: a node it tried seldom takes the family's rate, not even odds."""
+    it hangs off the root) and hits (it was accepted too)."""
 
-    def __init__(self, pool: Nodes | None = None):
+    def __init__(self):
         self.trials: list[float] = []
         self.hits: list[float] = []
         self.layout: tuple | None = None  # the last observed pick: who of it hangs off the root, or off whom (observe)
         self.version = 0  # observations so far: the statistics changed since a pick rested on them
-        self.pool = pool
-
-    def moved(self) -> tuple[int, int]:
-        """What a pick rested on: this stream's observations, and its pool's (which the family's other streams move)."""
-        return self.version, self.pool.version if self.pool is not None else 0
-
-    def rates(self) -> list[float]:
-        """Each tried node's conditional rate, the posterior mean under a uniform prior."""
-        return [(h + 1) / (t + 2) for h, t in zip(self.hits, self.trials)]
 
     def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
         """Each node's chance that its whole path is accepted: its parent's times its own conditional rate, the
@@ -104,24 +93,17 @@ class Nodes:
         the prior (hits + 1) / (trials + 1) made a node never tried look sure: the drafter's first child took its
         siblings' whole share until it had failed many times, so the second-likeliest candidates were never verified
         (HumanEval-10 with ``auto``: TR-Jacobi accepted 1.72 tokens per step, 2.11 under this prior; Token Recycling
-        1.36 and 1.70, REST 1.26 and 1.66). With a ``pool``, the prior is the pool's rate with the same weight, two
-        trials: (hits + 2 x pooled rate) / (trials + 2). Nodes not allowed (and so their descendants) get -1. Parents
-        come before their children."""
+        1.36 and 1.70, REST 1.26 and 1.66). Nodes not allowed (and so their descendants) get -1. Parents come before
+        their children."""
         out: list[float] = []
         append, tried, trials, hits = out.append, len(self.trials), self.trials, self.hits
-        prior = self.pool.rates() if self.pool is not None else []
-        pooled = len(prior)
         left = [1.0] * (len(parents) + 1)  # per input (the root first): the rate its children may still take
         for i, parent in enumerate(parents):  # runs for every node at every step: kept to plain list work
             above = 1.0 if parent < 0 else out[parent]
             if above < 0 or (allow is not None and not allow[i]):
                 append(-1.0)
                 continue
-            if not pooled:
-                rate = (hits[i] + 1) / (trials[i] + 2) if i < tried else PRIOR
-            else:
-                base = prior[i] if i < pooled else PRIOR
-                rate = (hits[i] + 2 * base) / (trials[i] + 2) if i < tried else base
+            rate = (hits[i] + 1) / (trials[i] + 2) if i < tried else PRIOR
             room = left[parent + 1]
             if rate > room:
                 rate = room
@@ -137,8 +119,6 @@ class Nodes:
         Under greedy decoding (and the per-position draw) at most one child of a node can be right, so the accepted
         path holds every node that was right with its whole path: a tried node is right iff it is on the path."""
         self.version += 1
-        if self.pool is not None:
-            self.pool.observe(parents, proposed, accepted)
         grow = max(proposed, default=-1) + 1 - len(self.trials)
         if grow > 0:
             self.trials += [0.0] * grow

@@ -115,8 +115,8 @@ class Stream(Nodes):
     """A stream's statistics (``Nodes``) and what the controller keeps of its choices on it: when it explores, its
     last pick and how long that pick may stand unranked, and what the last AR step or batch ranking rested on."""
 
-    def __init__(self, pool: Nodes | None = None):
-        super().__init__(pool)
+    def __init__(self):
+        super().__init__()
         self.explore = Backoff()
         self.last: list[int] | None = None  # the last pick that was not an exploration, ascending (Controller.sticky)
         self.size = 0  # ... of a prefix: its size (ALL: every candidate), on a graph engine (Controller.kept_pick)
@@ -138,7 +138,6 @@ class Controller:
                  draft_cost: Callable[[str, int], float] | None = None, backoff: bool = True, sticky: float = 0.0,
                  catch_up: Callable[[str], float] | None = None):
         self.streams: dict[str, Stream] = {}
-        self.pools: dict[str, Nodes] = {}  # a family of streams' pooled statistics (``nodes_of``)
         self.cost, self.draft_cost = cost, draft_cost  # (draft_cost None: drafting costs no draft model)
         self.catch_up, self.room = catch_up, 1
         self.context: int | None = None
@@ -149,7 +148,7 @@ class Controller:
         self.probe_cost = 0.0  # ... and what it costs whole, the draft model's catch-up included (seconds)
         self.sizes: list[tuple[str, int]] = []  # (stream, nodes proposed) per step of the current generation
         self.plan = None  # in a lock-step batch: the rows' shared sizes (plan.py ``Plan``, set by start_auto_rows)
-        self.entered: bool | None = None  # in a batch: ``idle`` entered this step's plan (whether it explores)
+        self.entered: tuple[str, bool] | None = None  # in a batch: ``idle`` entered this step's plan (stream, explore)
         # at batch 1 on the CPU with a curve probed here (``Decoder.start_auto``): the run's step times, which price
         # host work and judge explorations (None: prices alone, as a pinned curve's study reproduces them)
         self.times = None  # a calibration.StepTimes (set by the decoder: this module does not import that one)
@@ -196,23 +195,16 @@ class Controller:
         """The statistics of ``stream``, new on its first step (looked up before made: this runs at every step)."""
         nodes = self.streams.get(stream)
         if nodes is None:
-            family, _, member = stream.partition("/")
-            pool = None
-            if member:  # a family's member (``family/member``): its prior is the family's pooled statistics
-                pool = self.pools.get(family)
-                if pool is None:
-                    pool = self.pools[family] = Nodes()
-            nodes = self.streams[stream] = Stream(pool)
+            nodes = self.streams[stream] = Stream()
         return nodes
 
     def step(self, stream: str, nodes: Stream) -> bool:
         """Count a step of ``stream``; whether it explores: the stream's own schedule, or in a batch the plan's,
-        entered once per step (``batch_idle`` may have entered it already and let the row look, for the stream of the
-        drafter's last step: REST's next one is known once it has looked)."""
+        entered once per step (``batch_idle`` may have entered it already and let the row look)."""
         if self.plan is None:
             return nodes.explore.due()
-        if self.entered is not None:
-            explore, self.entered = self.entered, None
+        if self.entered is not None and self.entered[0] == stream:
+            explore, self.entered = self.entered[1], None
             return explore
         return self.plan.enter(self, nodes.explore)
 
@@ -280,7 +272,7 @@ class Controller:
         # ranking and pricing every size again, ~0.1 ms of Python per step (~1% of an AR step of the shipped model on
         # the CPU). With a draft model the price of drafting only grows meanwhile (the draft falls further behind,
         # fewer tokens are left to share its catch-up), so an AR step stays the best pick
-        still = (nodes.moved(), self.at(), getattr(self._cost, "version", 0), kind, extra, tuple(parents),
+        still = (nodes.version, self.at(), getattr(self._cost, "version", 0), kind, extra, tuple(parents),
                  None if cuts is None else tuple(cuts),  # (the tree itself: REST's changes from step to step)
                  self.times.key() if self.times is not None else None)
         if not explore and allow is None and nodes.still == still and self.plan is None:
@@ -459,7 +451,7 @@ class Controller:
             return False
         explore = self.plan.enter(self, nodes.explore)
         if explore or self.plan.size != 0:
-            self.entered = explore
+            self.entered = (stream, explore)
             return False
         order = list(range(len(parents)))
         self.plan.pick(self, stream, expected(nodes.p(parents), order), kind, extra)

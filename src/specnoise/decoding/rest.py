@@ -5,8 +5,7 @@ disk, corpus.py). Each step looks up the longest suffix of the context (``min_su
 that occurs in it, takes the ``max_depth`` tokens after up to ``matches`` of its occurrences, counts every prefix of
 these continuations, and verifies the ``num_draft`` most frequent prefixes as one trie: a prefix is at least as
 frequent as its extensions, so the pick is a tree, most frequent branches first (the verifier's tie-break). No match
-of ``min_suffix`` tokens: an AR step. Under ``decoder.auto`` the controller keeps REST's acceptance statistics per
-length of the matched suffix (``MATCH_STREAMS``).
+of ``min_suffix`` tokens: an AR step.
 
 Departures from the paper's code: the datastore is a numpy suffix array, not its Rust ``DraftRetriever``; occurrences
 beyond ``matches`` are sampled evenly over the suffix interval, not taken in index order; the trie is picked by
@@ -24,21 +23,6 @@ from specnoise.decoding.corpus import open_datastore
 from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.proposal import Proposal, tree_shape
 from specnoise.errors import ConfigError
-
-# decoder.auto: REST's acceptance statistics are kept per length of the suffix its lookup matched, from each of these
-# up to the next: a longer match is followed by what the corpus says far more often (HumanEval's first 30 problems,
-# faithful num_draft=16: 0.54 accepted tokens per trie after a match of 2 tokens, the minimum and 58% of the steps,
-# 0.86 after 3, 0.74-1.24 after 4-7, 1.0-3.5 after 8-16), and one set of statistics sized every trie by their mean
-MATCH_STREAMS = (3, 4, 8)
-
-
-def stream_of(n: int, bounds: tuple[int, ...] = MATCH_STREAMS) -> str:
-    """The statistics of a trie found after a match of ``n`` tokens: one of the family ``rest/...``, whose pooled
-    statistics are each member's prior (auto.py ``Controller.nodes_of``); no bounds: one set of statistics."""
-    if not bounds:
-        return "rest"
-    longer = [b for b in bounds if b <= n]
-    return f"rest/{longer[-1]}+" if longer else f"rest/<{bounds[0]}"
 
 
 @lru_cache(maxsize=1024)
@@ -71,7 +55,6 @@ def trie(continuations: np.ndarray, size: int) -> tuple[list[int], list[int]]:
 
 class REST(Drafter):
     name = "rest"
-    match_streams = MATCH_STREAMS  # (an experiment sets () on an instance: one set of statistics, as before)
 
     def setup(self):
         cfg = self.cfg
@@ -82,14 +65,12 @@ class REST(Drafter):
                                           cfg.cache_dir)
         self.meta = {"num_draft": cfg.num_draft, "max_depth": cfg.max_depth, **info}
         self.hits = self.steps = 0
-        self.parents: list[int] | None = None  # the last trie's tree and statistics (decoder.auto's ``idle``)
-        self.stream = self.name
+        self.parents: list[int] | None = None  # the last trie's tree (decoder.auto's ``idle``)
 
     def propose(self, room):
         cfg, depth = self.cfg, min(self.cfg.max_depth, room)
         self.steps += 1
-        # decoder.auto: an AR step whatever the lookup finds (the lookup is host work), judged by the last trie
-        if self.idle(self.parents, self.stream):
+        if self.idle(self.parents):  # decoder.auto: an AR step whatever the lookup finds (the lookup is host work)
             return self.chain([])
         self.match = self.store.longest_suffix(self.seq, cfg.max_suffix, self.match)
         n, lo, hi, _ = self.match
@@ -100,8 +81,8 @@ class REST(Drafter):
         rows = self.store.continuations(n, lo, hi, depth, cfg.matches)
         tokens, parents = trie(rows, cfg.num_draft)
         # decoder.auto: the k most frequent prefixes (a prefix of the pick is a tree)
-        self.parents, self.stream = [p - 1 for p in parents], stream_of(n, self.match_streams)
-        k = self.cut(len(tokens), self.stream, parents=self.parents)
+        self.parents = [p - 1 for p in parents]
+        k = self.cut(len(tokens), parents=self.parents)
         tokens, parents = tokens[:k], parents[:k]
         return Proposal(tokens, trie_shape(tuple(parents), self.target.device))
 
