@@ -136,36 +136,6 @@ def test_the_rates_of_a_nodes_children_add_up_to_one_at_most():
     assert Nodes().p([-1, -1, 0, 1]) == [0.5, 0.5, 0.25, 0.25]  # nothing seen: even odds, the siblings' sum 1
 
 
-def test_a_text_whose_drafts_fail_stops_drafting_sooner_than_the_statistics_alone_would():
-    """The statistics are kept across texts and follow a new one slowly (FORGET); each text's own worth, its drafted
-    steps' accepted tokens against what the statistics expected (``Nodes.weigh``), scales them within the text. After
-    100 steps that accepted 4 drafts each, a text where no draft is accepted: weighed, the controller stops drafting
-    after a few steps (most of 32 are AR steps); by the statistics alone it drafts at every one of them. A new text
-    starts from the statistics' word again, and a text that accepts more than they say drafts on."""
-    def run(text: bool, accepted: int, steps: int = 32, begin: bool = True) -> list[int]:
-        if begin:
-            controller.begin()
-        controller.text, drafted = text, []
-        for _ in range(steps):
-            k = controller.size("s", 4)
-            drafted.append(k)
-            if k:
-                controller.observe(verdict(k, min(accepted, k)))
-        return drafted
-
-    for text in (True, False):
-        controller = Controller(lambda q, kind=CHAIN: 1.0 + 0.3 * (q - 1))
-        assert all(run(text, accepted=4, steps=100))  # a text where every draft is accepted: drafts every step
-        failing = run(text, accepted=0)
-        if text:
-            assert sum(k > 0 for k in failing) < 8 and not any(failing[-8:]), failing
-            factor = controller.streams["s"].factor()
-            assert factor < 0.5 and run(text, accepted=4, steps=1)[0] == 4  # a new text: the statistics' word
-            assert controller.streams["s"].factor() > factor
-        else:
-            assert all(failing), failing  # the statistics alone still say 4 drafts pay after 32 failures
-
-
 def test_untried_nodes_take_even_odds_after_their_parent_and_exploration_looks_past_the_pick():
     nodes = Stream()
     assert nodes.p(chain_parents(3)) == [0.5, 0.25, 0.125]  # nothing seen yet: even odds at every depth
@@ -198,9 +168,7 @@ def test_exploration_backs_off_while_it_does_not_pay_and_returns_when_it_does():
     explored = explorations(controller, 4 * EXPLORE, accepted=auto.PROBE)
     assert explored == [EXPLORE, 2 * EXPLORE, 3 * EXPLORE, 4 * EXPLORE], explored
     # a drafter that explorations feed (Drafter.backoff): every EXPLORE-th step, while an exploration costs at most
-    # auto.DEAR AR steps (dearer ones back off: test_an_exploration_dearer_than_two_ar_steps_backs_off_...). A new
-    # text: in this one every exploration was accepted whole, and its own worth (Nodes.weigh) would now draft
-    controller.begin()
+    # auto.DEAR AR steps (dearer ones back off: test_an_exploration_dearer_than_two_ar_steps_backs_off_...)
     controller.backoff = False
     controller.cost = lambda q, kind=CHAIN: 1.0 + 0.2 * (q - 1)  # PROBE = 4 drafts cost 1.8 AR steps
     assert explorations(controller, 8 * EXPLORE, accepted=0) == [EXPLORE * i for i in range(1, 9)]
@@ -732,7 +700,7 @@ def test_a_graph_engines_template_pick_changes_only_for_a_clear_gain():
     cost = lambda q, kind=CHAIN: 1.0 + 0.03 * q  # noqa: E731
 
     def rate(controller, pick):
-        p = controller.p(controller.streams["t"], parents)  # (weighed by the text's worth, as the controller ranks)
+        p = controller.streams["t"].p(parents)
         return (1 + sum(p[i] for i in pick)) / cost(1 + len(pick))
 
     picks = {}

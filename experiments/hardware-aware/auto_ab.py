@@ -8,8 +8,6 @@ generations take; here each is switched off in one copy of a decoder and left on
   Ouroboros).
 - ``times``: each step's host work priced and each exploration judged by its own time (calibration.py
   ``StepTimes``) vs by the prices alone; for any drafter.
-- ``text``: each step's statistics weighed by the current text's own worth, its drafted steps' accepted tokens
-  against what the statistics expected of them (acceptance.py ``Nodes.weigh``) vs the statistics alone; any drafter.
 - ``attention``: not a calibration: the models loaded with ``attn_implementation=sdpa_gqa`` (attention.py: no copy of
   the KV cache per query head under a mask, as every tree and batched forward has) in the switched-on copy, ``sdpa``
   in the other (AR runs on ``sdpa``: its one-token and prefill forwards take neither copy).
@@ -22,7 +20,7 @@ one process, the order reversed from prompt to prompt and repeat to repeat; per 
 prompt (group), summed, AR's over the decoder's (its speedup), the slowest prompt's (group's), and whether every
 token equals AR's. The curves come from
 ``--cost-cache`` (probed there on first use). Usage: python experiments/hardware-aware/auto_ab.py
-[spec_bench|humaneval] [--switch scale|times|text|attention] [--batch 1] [--limit N]
+[spec_bench|humaneval] [--switch scale|times|attention] [--batch 1] [--limit N]
 [--decoders speculative,ouroboros] [--repeats 3] [--cost-cache outputs/cost_cache]
 """
 
@@ -52,8 +50,6 @@ def switch_off(decoder, switch: str) -> None:
     """``decoder`` without the calibration ``switch``, from its first generation on (its controller exists then)."""
     if switch == "scale":
         decoder.calibrate = lambda fed: None  # draft_scale stays 1: the curve's prices alone
-    elif switch == "text":
-        decoder.auto.text = False
     else:
         decoder.auto.times = None  # prices alone, explorations judged by their price
 
@@ -143,7 +139,7 @@ def main(bench_name: str, switch: str, names: list[str], repeats: int, cost_cach
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("benchmark", nargs="?", default="spec_bench", choices=sorted(BENCHMARKS))
-    parser.add_argument("--switch", default="scale", choices=("scale", "times", "text", "attention"))
+    parser.add_argument("--switch", default="scale", choices=("scale", "times", "attention"))
     parser.add_argument("--batch", type=int, default=1, help="rows decoded together (groups of similar length)")
     parser.add_argument("--limit", type=int, default=0, help="the first N prompts (default: the benchmark's subset)")
     parser.add_argument("--decoders", default="speculative,ouroboros", help="comma-separated drafters")

@@ -4,8 +4,8 @@ node, how often the node was accepted when its parent's path was, and when to lo
 ``Nodes`` keeps, per node index, forgetting sums of trials (its parent's path was accepted, or it hangs off the root)
 and hits (it was accepted too), weighing the past by ``FORGET`` per observation (a half-life of ~35), so they follow
 the current text. p(node) = p(parent) x its rate, the rate's posterior mean under a uniform prior, and a node's
-children's rates add up to 1 at most (one of them at most is right). Within a text, the p are weighed by that text's
-own worth (``Nodes.weigh``). ``expected`` turns the p of a pick's nodes into its expected accepted tokens.
+children's rates add up to 1 at most (one of them at most is right). ``expected`` turns the p of a pick's nodes into
+its expected accepted tokens.
 
 ``Backoff`` is a stream's exploration schedule: every ``EXPLORE``-th step verifies candidates beyond the best pick, so
 nodes beyond it keep being observed; an exploration that does not pay doubles the gap, up to ``EXPLORE_MAX`` (or as
@@ -28,10 +28,6 @@ EXPLORE_MAX = 128  # ... every EXPLORE_MAX-th at the least often, while the best
 # forwards of 34-91 rows) took 4.6-8.5 AR steps each for 1-5 tokens: every EXPLORE_MAX steps that was ~4% of its time
 # (16 explorations over HumanEval-10 x 3)
 EXPLORE_SHARE = 0.01
-# the current text's own worth (``Nodes.weigh``): its drafted steps' accepted tokens against what the statistics said
-# they would be, each side plus this many tokens, so a text's first steps move it little
-TEXT_PRIOR = 4.0
-TEXT_FORGET = 0.995  # ... relative to every text's, weighing the past by this per drafted step (a half-life of ~140)
 
 
 def expected(p: list[float], order: list[int]) -> list[float]:
@@ -86,39 +82,6 @@ class Nodes:
         self.hits: list[float] = []
         self.layout: tuple | None = None  # the last observed pick: who of it hangs off the root, or off whom (observe)
         self.version = 0  # observations so far: the statistics changed since a pick rested on them
-        self.said = self.got = 0.0  # this text's drafted steps: the tokens the statistics expected, those accepted
-        self.all_said = self.all_got = 0.0  # ... and every text's, forgetting (``factor``)
-
-    def begin(self) -> None:
-        """A new text: its own worth starts from the statistics' word (``weigh``)."""
-        self.said = self.got = 0.0
-
-    def factor(self) -> float:
-        """How much more this text accepts than the statistics say, relative to how much more every text did: the
-        statistics' own bias (the prior's floor under a pick's rarely right nodes adds up) is every text's, not this
-        one's. This text's ratio has TEXT_PRIOR tokens at the overall ratio r: (got + r x TEXT_PRIOR) / (said +
-        TEXT_PRIOR) / r."""
-        r = (self.all_got + TEXT_PRIOR) / (self.all_said + TEXT_PRIOR)
-        return (self.got + r * TEXT_PRIOR) / (self.said + TEXT_PRIOR) / r
-
-    def weigh(self, p: list[float]) -> list[float]:
-        """``p`` scaled by this text's ``factor`` (at most 1; below 0, not allowed, kept). The statistics are kept
-        across texts (``FORGET``: a half-life of ~35 observations of a node), which follow the text slowly: on
-        HumanEval-10 REST's corpus tries in HumanEval/2 were expected to emit 20 tokens over 9 drafted steps and
-        emitted 9, none of their drafts accepted, while in HumanEval/3 they were expected to emit 26 and emitted 41.
-        The scale keeps the order of the nodes, so a child stays below its parent."""
-        c = self.factor()
-        if c == 1.0:
-            return p
-        return [(x * c if x * c < 1.0 else 1.0) if x > 0.0 else x for x in p]
-
-    def judge(self, said: float, got: int) -> None:
-        """A drafted step of this text: the statistics expected ``said`` accepted tokens (the bonus token aside),
-        ``got`` were accepted."""
-        self.said += said
-        self.got += got
-        self.all_said = self.all_said * TEXT_FORGET + said
-        self.all_got = self.all_got * TEXT_FORGET + got
 
     def p(self, parents: list[int], allow: list[bool] | None = None) -> list[float]:
         """Each node's chance that its whole path is accepted: its parent's times its own conditional rate, the

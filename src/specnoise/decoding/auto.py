@@ -20,9 +20,7 @@ price, relative to the target's: ``calibration.DraftScale``), and ``catch_up`` w
 draft model first the text it has not seen (a prompt, or the tokens of a run of AR steps): paid once, after which the
 draft keeps up, so each of the ``room`` tokens still to come in the generation carries its share. Statistics are kept
 across prompts (the benchmark's warm-up teaches them) with exponential forgetting (weight 0.98 per observation, a
-half-life of ~35), so they follow the current text (the statistics and the exploration schedule: acceptance.py), and
-within a text every p is scaled by how much more or less its drafted steps accepted than the statistics expected of
-them (``Nodes.weigh``: one text takes the corpus' or the model's guesses far more often than the next). A node
+half-life of ~35), so they follow the current text (the statistics and the exploration schedule: acceptance.py). A node
 never tried has even odds given its parent's path (a uniform prior: ``Nodes.p``), and every ``EXPLORE``-th step verifies
 ``PROBE`` more nodes than the best pick, so nodes beyond it keep being observed. Where the best pick is an AR step
 (Jacobi on a model that was not trained to denoise, a draft model dearer than what it saves), an exploration is an AR
@@ -157,8 +155,6 @@ class Controller:
         # an exploration waiting for its step's time: (nodes, stream, tokens, size, AR steps lost by its price)
         self.judging: tuple | None = None
         self.chose: float | None = None  # with ``times``: when this step's choice began (``time.perf_counter``)
-        self.said: list[float] | None = None  # a ranked pick's nodes' p by the statistics alone (``observe``)
-        self.text = True  # the statistics weighed by the current text's own worth (``Nodes.weigh``; False: not)
 
     @property
     def cost(self) -> Callable[[float, str], float]:
@@ -195,11 +191,6 @@ class Controller:
         a mask)."""
         return self._cost.split_list(extra, n, self.at())
 
-    def p(self, nodes: Stream, parents: list[int]) -> list[float]:
-        """The nodes' p by the stream's statistics, weighed by the current text's own worth (``Nodes.weigh``)."""
-        p = nodes.p(parents)
-        return nodes.weigh(p) if self.text else p
-
     def nodes_of(self, stream: str) -> Stream:
         """The statistics of ``stream``, new on its first step (looked up before made: this runs at every step)."""
         nodes = self.streams.get(stream)
@@ -225,10 +216,7 @@ class Controller:
         speculative decoding and Ouroboros with auto explored in 16 of 20 HumanEval generations where drafting never
         paid (~300-token prompts, ~66 tokens each), at about 6% and 11% of their time."""
         self.sizes = []
-        self.asked = self.probe = self.judging = self.said = None
-        for nodes in self.streams.values():  # this text's own worth (``Nodes.weigh``) starts anew: rank again
-            nodes.begin()
-            nodes.still = nodes.ranked = None
+        self.asked = self.probe = self.judging = None
         for nodes in self.streams.values() if self.backoff and self.catch_up is None else ():
             nodes.explore.restart()
 
@@ -263,7 +251,6 @@ class Controller:
         highest p for the best k (with p(child) <= p(parent) and ties to the earlier node, always a tree)."""
         if self.times is not None:
             self.chose = time.perf_counter()
-        self.said = None
         nodes = self.nodes_of(stream)
         nodes.idled = 0
         explore = self.step(stream, nodes)
@@ -304,8 +291,7 @@ class Controller:
             return self.picked(nodes, parents, sorted(order[:size]), stream)
         if not explore:  # (an exploration's pick is not kept: the count to the next ranking goes on)
             nodes.kept = 0
-        raw = nodes.p(parents, allow)
-        p = nodes.weigh(raw) if self.text else raw
+        p = nodes.p(parents, allow)
         if cuts is None:
             # highest p first; reverse keeps a sort stable: ties keep their order
             order = sorted([i for i, x in enumerate(p) if x >= 0], key=p.__getitem__, reverse=True)
@@ -358,7 +344,6 @@ class Controller:
             nodes.rerank = min(2 * nodes.rerank, RERANK_MAX) if size == nodes.size else RERANK
             nodes.size = size
         nodes.still = still if not (explore or chosen or allow) else None
-        self.said = raw  # what the statistics alone expect of each node (``observe``)
         return self.picked(nodes, parents, sorted(chosen), stream)
 
     def kept_pick(self, nodes: Stream, parents: list[int], cuts: list[int] | None, allow: list[bool] | None,
@@ -446,8 +431,8 @@ class Controller:
             return False
         if self.keeps_size(nodes, len(parents), explore=False):
             return False  # a graph engine's kept size drafts (``kept_pick``): no ranking to tell
-        n = len(parents)
-        if self.best(stream, self.p(nodes, parents), list(range(n)), range(n + 1), kind, extra, whole=True)[0]:
+        if self.best(stream, nodes.p(parents), list(range(len(parents))), range(len(parents) + 1), kind, extra,
+                     whole=True)[0]:
             return False
         nodes.idled += 1
         nodes.explore.due()  # (not due: checked above)
@@ -469,7 +454,7 @@ class Controller:
             self.entered = (stream, explore)
             return False
         order = list(range(len(parents)))
-        self.plan.pick(self, stream, expected(self.p(nodes, parents), order), kind, extra)
+        self.plan.pick(self, stream, expected(nodes.p(parents), order), kind, extra)
         nodes.idled += 1
         self.probe = None
         self.picked(nodes, parents, [], stream)
@@ -541,9 +526,6 @@ class Controller:
                 self.result(nodes, stream, (1 + v.accepted) / self.probe > 1 / self.ar_price(), 1 + v.accepted,
                             len(proposed), lost)
             self.probe = None
-        if self.said is not None:  # a ranked pick: what the statistics expected of it, against what it got
-            nodes.judge(sum(self.said[i] for i in proposed if self.said[i] > 0.0), v.accepted)
-            self.said = None
         nodes.observe(parents, proposed, {keep[i - 1] for i in v.path[1:v.accepted + 1]})
 
     def timed(self, seconds: float, forwards: float, drafted: bool, measured: float, priced: float,
