@@ -70,13 +70,14 @@ def run(models, prompt_file, tmp_path, *overrides):
 
 @pytest.fixture
 def batch_calls(monkeypatch) -> list[tuple[str, int]]:
-    """Every ``generate_batch`` call of the job: (decoder, rows)."""
-    calls: list[tuple[str, int]] = []
+    """Every ``generate_batch`` call of the job: (decoder, prompts) and, with rows refilled, (decoder, prompts,
+    rows)."""
+    calls: list[tuple] = []
     real = Decoder.generate_batch
 
-    def spy(self, prompts, max_new_tokens, seed=None):
-        calls.append((self.name, len(prompts)))
-        return real(self, prompts, max_new_tokens, seed)
+    def spy(self, prompts, max_new_tokens, seed=None, slots=None):
+        calls.append((self.name, len(prompts)) + ((slots,) if slots is not None else ()))
+        return real(self, prompts, max_new_tokens, seed, slots)
 
     monkeypatch.setattr(Decoder, "generate_batch", spy)
     return calls
@@ -96,6 +97,21 @@ def test_batch_size_from_the_command_line_is_validated(models, prompt_file):
 
 
 # ------------------------------------------------------------------------------------------ the runner
+def test_continuous_batching_queues_each_group_for_b_rows(models, prompt_file, tmp_path, batch_calls):
+    """``benchmark.queue=Q``: groups of Q prompts, each decoded by B refilled rows; every prompt lossless against AR
+    at batch 1, timed by its own share (not the group's equal one), and the CI resamples prompts."""
+    results, per_prompt = run(models, prompt_file, tmp_path, "decoder=jacobi", "decoders=[pld]",
+                              "benchmark.batch_size=2", "benchmark.queue=3", "benchmark.group_by_length=false")
+    for name in ("ar", "jacobi", "pld"):  # group [0, 1, 2] for two rows, the second turn, group [3]
+        assert [c[1:] for c in batch_calls if c[0] == name] == [(3, 2), (1, 2), (1, 2)]
+    for r in per_prompt:
+        assert r["identical_to_ar"] is True and r["batch_size"] == (1 if r["decoder"] == REFERENCE else 2)
+    first_group = [r for r in per_prompt if r["decoder"] == "jacobi" and r["turn"] == 0 and r["id"] in "012"]
+    assert len({round(r["seconds"], 12) for r in first_group}) == 3 and all(r["seconds"] > 0 for r in first_group)
+    rows = {(r["decoder"], r["category"]): r for r in results["rows"]}
+    assert rows[("jacobi", "all")]["lossless_fraction"] == 1.0
+
+
 def test_groups_of_b_with_a_partial_last_group(models, prompt_file, tmp_path, batch_calls):
     """4 prompts at B = 3: groups [0, 1, 2] and [3]; the two-turn prompt's second turn is a batch of its own;
     AR at batch 1 (``ar_bs1``) is the reference, and every row is lossless against it."""

@@ -12,14 +12,14 @@ Recycling's matrix, Ouroboros' phrase pool, decoder.auto's statistics), and the 
 a repeat that drafted from the repeats before it would draft the answer it has already seen, a speedup no workload
 gets (SAM with its Token Recycling fallback took 80, 58, 54, 51, 52 forwards in five repeats of one HumanEval problem).
 
-Groups (``benchmark.batch_size`` = B): the samples are taken in order in groups of B (the last may be smaller) and
-every decoder, AR included, decodes a group's prompts together (``Decoder.generate_batch``); at B = 1 a group is one
-sample and each decoder's ``generate`` runs, exactly as before batching existed. At B > 1 the job also times AR at
-batch 1 (``REFERENCE``, the same AR decoder, one prompt at a time), as one more decoder in the interleaved order: the
-lossless reference and the denominator of ``speedup_vs_bs1_ar``. Multi-turn samples: turn k of every row of the
-group that still has a turn k (and whose every dialogue still fits) is decoded together, each decoder continuing
-its own dialogue; rows without one drop out of the batch, so a later turn's batch can be smaller than B.
-"""
+Groups (``benchmark.batch_size`` = B): the samples are taken in order in groups of B (the last may be smaller) and every
+decoder, AR included, decodes a group's prompts together (``Decoder.generate_batch``; with ``benchmark.queue`` = Q,
+continuous batching, groups of Q prompts, each decoded by B rows refilled as their prompts end); at B = 1 a group is one
+sample and each decoder's ``generate`` runs, exactly as before batching existed. At B > 1 the job also times AR at batch
+1 (``REFERENCE``, the same AR decoder, one prompt at a time), as one more decoder in the interleaved order: the lossless
+reference and the denominator of ``speedup_vs_bs1_ar``. Multi-turn samples: turn k of every row of the group that still
+has a turn k (and whose every dialogue still fits) is decoded together, each decoder continuing its own dialogue; rows
+without one drop out of the batch, so a later turn's batch can be smaller than B."""
 
 from __future__ import annotations
 
@@ -80,8 +80,14 @@ def order(names: list[str], slot: int) -> list[str]:
     return names if slot % 2 == 0 else names[1:] + names[:1]
 
 
+def refilled(slots: int | None) -> dict:
+    """``generate_batch``'s keywords for continuous batching with ``slots`` rows (None: lock-step groups, the only
+    kind the generate() peers decode)."""
+    return {} if slots is None else {"slots": slots}
+
+
 def warm_up(decoders: dict[str, Decoder], prompts: list[list[int]], budget: int, times: int,
-            sizes: tuple[int, ...] = (), bar=None, stop=None) -> None:
+            sizes: tuple[int, ...] = (), bar=None, stop=None, slots: int | None = None) -> None:
     """Untimed generations of the first prompt (and, per group size in ``sizes`` > 1, of a batch of the first
     prompts of that size, with the whole budget: a static engine's buckets and compiled graphs include the batch
     dimension, and a short warm-up would leave some of a decoder's block sizes to compile in the timed region), then
@@ -102,13 +108,14 @@ def warm_up(decoders: dict[str, Decoder], prompts: list[list[int]], budget: int,
             decoder.generate(prompts[0], budget)
             for size in sizes:
                 if size > 1:
-                    decoder.generate_batch(prompts[:size], budget)
+                    decoder.generate_batch(prompts[:size], budget, **refilled(slots))
     for _, decoder in unique.values():
         decoder.reset_history()  # a batch's row slots' too
 
 
 def run_group(group: list[Sample], index: int, decoders: dict[str, Decoder], budget: int, limit: int, repeats: int,
-              encode: Callable, tokenizer, bar, stop, batch_size: int = 1) -> dict[str, dict[str, list[Turn]]] | None:
+              encode: Callable, tokenizer, bar, stop, batch_size: int = 1,
+              slots: int | None = None) -> dict[str, dict[str, list[Turn]]] | None:
     """Every decoder on every turn of the group's samples, ``repeats`` times, interleaved: sample id -> decoder ->
     turns; None once ``stop.signal`` is set (the group is then dropped whole: a continued run measures it again).
     At ``batch_size`` 1 (a group of one) every decoder's ``generate`` runs; above, its ``generate_batch`` over the
@@ -152,7 +159,7 @@ def run_group(group: list[Sample], index: int, decoders: dict[str, Decoder], bud
                         got.append(decoders[name].generate(p, budget))
                         bar.update(1)
                 else:
-                    got = decoders[name].generate_batch(batch, budget)
+                    got = decoders[name].generate_batch(batch, budget, **refilled(slots))
                     bar.update(len(rows))
                 for s, out in zip(rows, got, strict=True):
                     outs[s.id][name].append(out)
@@ -178,7 +185,7 @@ def run_group(group: list[Sample], index: int, decoders: dict[str, Decoder], bud
 def measure(todo: list[tuple[int, list[Sample]]], decoders: dict[str, Decoder], budget: int, limit: int,
             repeats: int, warmup: int, encode: Callable, tokenizer,
             finished: Callable[[list[tuple[Sample, dict[str, list[Turn]]]]], None], bar, stop,
-            batch_size: int = 1) -> None:
+            batch_size: int = 1, slots: int | None = None) -> None:
     """Warm up on the first group to run, then each ``(index, group)`` of ``todo`` in turn; ``finished`` gets every
     whole group (its samples with their turns) as soon as it is done. Returns early, between two generations, once
     ``stop.signal`` is set."""
@@ -188,9 +195,10 @@ def measure(todo: list[tuple[int, list[Sample]]], decoders: dict[str, Decoder], 
     sizes = tuple(sorted({len(g) for _, g in todo} - {1})) if batch_size > 1 else ()
     while len(first) < max(sizes, default=1):  # a later group larger than the first (a resumed run)
         first.append(first[-1])
-    warm_up(decoders, first, budget, warmup, sizes, bar, stop)
+    warm_up(decoders, first, budget, warmup, sizes, bar, stop, slots)
     for index, group in todo:
-        turns = run_group(group, index, decoders, budget, limit, repeats, encode, tokenizer, bar, stop, batch_size)
+        turns = run_group(group, index, decoders, budget, limit, repeats, encode, tokenizer, bar, stop, batch_size,
+                          slots)
         if turns is None:
             return
         finished([(s, turns[s.id]) for s in group])

@@ -72,8 +72,12 @@ class Measured:
         return self.lossless or (self.sampling and not sampled_drafts(self.conf, name))
 
     def timed_unit(self, name: str, sample: Sample) -> str | int:
-        """What one timing covered: a prompt at batch 1, else its whole group (whose rows share the group's time)."""
-        return sample.id if self.batch_of(name) == 1 else self.group_of[sample.id]
+        """What one timing covered: a prompt at batch 1, else its whole group (whose rows share the group's time); with
+        continuous batching (``benchmark.queue``) a prompt again, timed by its share of the group's (``lockstep``'s
+        ``spent``: its row's own work and an equal share of every batched request it was served in)."""
+        if self.batch_of(name) == 1 or self.conf.benchmark.queue:
+            return sample.id
+        return self.group_of[sample.id]
 
     def tokens(self, decoder: str, sample: Sample) -> list[list[int]]:
         return [t.out.tokens for t in self.runs[decoder][sample.id]]
@@ -163,8 +167,9 @@ def summary_row(m: Measured, name: str, category: str, group: list[Sample]) -> d
     speedup = 1.0 if name == base else ar_seconds / max(seconds, 1e-9)
     bs1_seconds = sum(sec for _, sec in per_sample(m.reference))  # AR at batch 1 (AR itself at batch size 1)
     conf = m.conf
-    # the bootstrap resamples what was timed: prompts at batch 1, groups above (a group's prompts share one timing,
-    # so resampling them resamples nothing); with fewer than two units there is no interval, and it says why
+    # the bootstrap resamples what was timed: prompts at batch 1 (and with benchmark.queue), groups above (a group's
+    # prompts share one timing, so resampling them resamples nothing); with fewer than two units there is no
+    # interval, and it says why
     units: dict = defaultdict(lambda: [0.0, 0.0])
     for s, (_, ar_sec), (_, sec) in zip(group, ar, mine):
         units[m.timed_unit(name, s)][0] += ar_sec

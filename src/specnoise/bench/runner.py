@@ -91,15 +91,21 @@ TRACKED = ["speedup", "speedup_ci_low", "speedup_ci_high", "ar_time_cv", "timing
 def batch_skips(conf: Config) -> dict[str, str]:
     """Decoders of the job that cannot decode a batch of ``benchmark.batch_size`` prompts (the generate() peers
     whose transformers mode runs at batch size 1 only): name -> the one-line note the run prints and records."""
-    size = conf.benchmark.batch_size
+    size, queue = conf.benchmark.batch_size, conf.benchmark.queue
     if size <= 1:
         return {}
+    if queue and (conf.model.compile or conf.model.static_cache is True):
+        raise UserError(f"benchmark.queue={queue} (continuous batching) runs on the dynamic engine: set "
+                        "model.static_cache=false and model.compile=false, or benchmark.queue=0")
     notes = {}
     for entry in dict.fromkeys([conf.decoder.name, *conf.decoders]):
-        limit = decoder_class(decoder_entry(entry)[0]).max_batch_size
+        cls = decoder_class(decoder_entry(entry)[0])
+        limit = cls.max_batch_size
         if limit is not None and size > limit:
             notes[entry] = (f"{entry} skipped at benchmark.batch_size={size}: transformers runs it at batch size "
                             f"{limit} only")
+        elif queue and cls.drafter_class is None:
+            notes[entry] = f"{entry} skipped at benchmark.queue={queue}: transformers' generate() does not refill rows"
     return notes
 
 
@@ -251,7 +257,8 @@ def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) ->
     ordered = setup.samples
     if size > 1 and bench.group_by_length:
         ordered = sorted(ordered, key=lambda s: len(setup.encode(s, [])))
-    groups = [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    per_group = bench.queue or size  # (continuous batching: a group is a queue of prompts for ``size`` rows)
+    groups = [ordered[i:i + per_group] for i in range(0, len(ordered), per_group)]
     m.group_of = {s.id: g for g, group in enumerate(groups) for s in group}
     todo = [(g, group) for g, group in enumerate(groups) if any(s.id not in m.runs["ar"] for s in group)]
     m.resumed = len(m.runs["ar"])
@@ -270,7 +277,7 @@ def run_measurement(setup: Setup, cfg: DictConfig, run_dir: Path, stop: Stop) ->
     with tqdm(total=total, desc=f"bench {bench.name}", unit="gen") as bar:
         bar.update(sum(len(turns) for turns in m.runs["ar"].values()) * len(names) * bench.repeats)
         measure(todo, decoders, setup.budget, setup.limit, bench.repeats, bench.warmup, setup.encode,
-                setup.target.tokenizer, finished, bar, stop, size)
+                setup.target.tokenizer, finished, bar, stop, size, size if bench.queue else None)
     m.wall = time.time() - started
     m.samples = [s for s in setup.samples if s.id in m.runs["ar"]]
     return m

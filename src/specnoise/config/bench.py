@@ -54,6 +54,11 @@ class BenchmarkConfig:
     # 30 to 1,500 tokens) batched AR at B = 4 ran at 0.99x AR at batch 1 in dataset order and 1.50x grouped by length.
     # Rows decode independently of their neighbours, so the tokens stay the same; the timing changes
     group_by_length: bool = True
+    # continuous batching: groups of this many prompts, each decoded by batch_size rows, a row taking the group's next
+    # prompt as soon as its own ends (Decoder.generate_batch's ``slots``), where a lock-step group waits for its slowest
+    # row. 0: lock-step groups of batch_size. The dynamic engine and specnoise's decoders only (the generate() peers
+    # are skipped)
+    queue: int = 0
 
     def __post_init__(self) -> None:
         check(self.limit is None or self.limit >= 1, "benchmark.limit", f"got {self.limit}, must be >= 1")
@@ -73,6 +78,9 @@ class BenchmarkConfig:
         at_least(self.bootstrap, "benchmark.bootstrap", 100)
         check(isinstance(self.batch_size, int) and self.batch_size >= 1, "benchmark.batch_size",
               f"got {self.batch_size!r}, must be an integer >= 1 (prompts decoded together; 1: one at a time)")
+        check(self.queue == 0 or (self.batch_size > 1 and self.queue > self.batch_size), "benchmark.queue",
+              f"got {self.queue} with benchmark.batch_size={self.batch_size}: continuous batching needs "
+              "benchmark.batch_size > 1 and benchmark.queue > benchmark.batch_size (0: lock-step groups)")
         check(self.template is None or self.template in TEMPLATES, "benchmark.template",
               f"got {self.template!r}, expected one of {', '.join(TEMPLATES)}")
         check(self.name != "jsonl" or bool(self.path), "benchmark.path",

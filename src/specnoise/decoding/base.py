@@ -26,7 +26,7 @@ from specnoise.decoding.calibration import DraftScale, StepTimer, StepTimes, pro
 from specnoise.decoding.cost import Curve
 from specnoise.decoding.drafter import Drafter
 from specnoise.decoding.engines import engine_for
-from specnoise.decoding.kv import drive, sync, upload
+from specnoise.decoding.kv import DynamicEngine, drive, sync, upload
 from specnoise.decoding.plan import Batched, Plan
 from specnoise.decoding.verifier import Verifier
 from specnoise.errors import UserError
@@ -347,61 +347,107 @@ class Decoder:
         )
 
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
-                       seed: int | list[int] | None = None) -> list[DecodeOutput]:
+                       seed: int | list[int] | None = None, slots: int | None = None) -> list[DecodeOutput]:
         """Decode ``prompts`` together, one batch in lock-step (batch.py): rows accept different numbers of tokens per
         step and end at different times, every model forward and every host read is batched. Each row's tokens are
         what ``generate`` gives its prompt alone (the same draws under sampling); its forwards and host reads are
         those it took part in (``self.host_reads``: the batch's reads); ``seconds`` (and target/draft seconds) are its
         equal share of the group's. Each row slot keeps its own drafter (``Drafter.fork``) across calls, so state kept
-        across prompts (Ouroboros' pool) is per row slot. ``seed``: one for every row, or a list with each row's."""
+        across prompts (Ouroboros' pool) is per row slot. ``seed``: one for every row, or a list with each row's.
+
+        ``slots``: continuous batching (``benchmark.queue``), fewer rows than prompts. The first ``slots``
+        prompts start together; a row whose prompt ends takes the next one at once (its prompt fed alone:
+        ``BatchKV.fresh``), so a step carries ``slots`` rows until the prompts run out instead of waiting for its
+        slowest row. Each prompt's tokens are still ``generate``'s; its ``seconds`` are its share of the time
+        (``lockstep``'s ``spent``: its row's own work, and an equal share of every batched request it was served in;
+        target and draft seconds split by the same shares). The dynamic engine only."""
         prompts = [self.check_prompt(p, max_new_tokens) for p in prompts]
         n, seed = len(prompts), self.cfg.seed if seed is None else seed
         seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * n
         if len(seeds) != n:
             raise UserError(f"{len(seeds)} seeds for {n} prompts: give one seed, or one per prompt")
-        if n == 1:
+        if slots is not None and slots < n:
+            if not isinstance(self.target, DynamicEngine) or self.drafter is None:
+                raise UserError(f"continuous batching (benchmark.queue) runs on the dynamic engine with one of "
+                                f"specnoise's decoders; {self.name} on {type(self.target).__name__} cannot: set "
+                                f"model.static_cache=false and model.compile=false, or benchmark.queue=0")
+        elif n == 1:
             return [self.generate(prompts[0], max_new_tokens, seeds[0])]
-        rows = self.row_decoders(n)
+        else:
+            slots = n
+        rows = self.row_decoders(slots)
+        reach = max(map(len, prompts)) + max_new_tokens
         if self.cfg.auto and self.drafter is not None:
             self.start_auto(max(map(len, prompts)), max_new_tokens)  # the curves, probed once (untimed)
-            self.start_auto_rows(rows, max(map(len, prompts)) + max_new_tokens)
-        need = max(map(len, prompts)) + max_new_tokens
-        kvs = [BatchKV(self.target, n, need, priority=TARGET_FORWARDS)]
+            self.start_auto_rows(rows, reach)
+        kvs = [BatchKV(self.target, slots, reach, priority=TARGET_FORWARDS)]
         if self.draft is not None:
-            kvs.append(BatchKV(self.draft, n, need, priority=DRAFT_FORWARDS))
+            kvs.append(BatchKV(self.draft, slots, reach, priority=DRAFT_FORWARDS))
         for r, row in enumerate(rows):
             row.bind(kvs[0].row_engine(r), kvs[1].row_engine(r) if self.draft is not None else None)
-            row.host_reads, row.batch = 0, n
-        engines = [(row.target, row.draft) for row in rows]
+            row.host_reads, row.batch = 0, slots
         outs = [Output(self.eos_ids, max_new_tokens) for _ in prompts]
+        queue = [i for i in range(n) if not outs[i].done]
+        taken: dict[int, tuple] = {}  # row -> its prompt's index, and the row's counts when the prompt started
+        spent: dict[int, float] = {}  # row -> its prompt's share of the time so far (``lockstep``)
+        reads: dict[int, int] = {}  # row -> its prompt's batched host reads so far
+        counts: dict[int, tuple] = {}  # prompt index -> its share of the time, its reads, forwards and logs
+        ended: list[int] = []  # the rows of the prompts that ended, in order (``Drafter.after_generation``)
+
+        def start(r: int):
+            """Row r's next prompt, as a generator of requests (None: the queue is empty)."""
+            if not queue:
+                return None
+            i, row = queue.pop(0), rows[r]
+            draft = (row.draft.forwards, len(row.draft.forward_log)) if row.draft is not None else (0, 0)
+            taken[r] = (i, row.target.forwards, len(row.target.forward_log), *draft, row.host_reads)
+            spent[r], reads[r] = 0.0, 0
+            if row.auto is not None and r in ended:  # (a row's first prompt: begun by start_auto_rows)
+                row.auto.begin()
+            return row.steps(prompts[i], outs[i], seeds[i])
+
+        def refill(r: int):
+            """Row r's prompt ended: what it took, and the row's next prompt."""
+            i, forwards, logged, draft_forwards, draft_logged, own_reads = taken.pop(r)
+            row = rows[r]
+            counts[i] = (spent[r], reads.get(r, 0) + row.host_reads - own_reads, row.target.forwards - forwards,
+                         row.draft.forwards - draft_forwards if row.draft is not None else 0,
+                         row.target.forward_log[logged:],
+                         row.draft.forward_log[draft_logged:] if row.draft is not None else None)
+            ended.append(r)
+            return start(r)
+
         self.host_reads = 0
         compiling = self.compile_seconds()
         sync(self.target.device)
-        start = time.perf_counter()
+        begin = time.perf_counter()
         try:
             with torch.inference_mode():
-                steps = {r: row.steps(p, out, s) for r, (row, p, out, s) in enumerate(zip(rows, prompts, outs, seeds))
-                         if not out.done}
-                reads = lockstep(steps, kvs, self.to_host)
+                steps = {r: g for r in range(slots) if (g := start(r)) is not None}
+                lockstep(steps, kvs, self.to_host, refill, spent, reads)
         finally:
             for row in rows:
                 row.bind(self.target, self.draft)  # tree=auto probes its engine when a generation ends
         sync(self.target.device)
         # a static engine compiles a batch shape it meets for the first time (StaticEngine.prepare_batch): not the
         # batch's time, as a batch-1 generation's compiling is not (``reserve``, before its clock)
-        seconds = time.perf_counter() - start - (self.compile_seconds() - compiling)
+        seconds = time.perf_counter() - begin - (self.compile_seconds() - compiling)
         target_seconds = kvs[0].clock.seconds
         draft_seconds = kvs[1].clock.seconds if self.draft is not None else 0.0
         self.host_reads += sum(row.host_reads for row in rows)  # reads a row made alone (none in a plain step)
+        for r in ended:
+            rows[r].drafter.after_generation()
+        whole = sum(share for share, *_ in counts.values()) or 1.0
         results = []
-        for r, (row, out, (target, draft)) in enumerate(zip(rows, outs, engines)):
+        for i, out in enumerate(outs):
+            part, host_reads, forwards, draft_forwards, log, draft_log = counts.get(i, (0.0, 0, 0, 0, [], None))
+            # lock-step: the group's time in equal shares; refilled: each prompt's share (``lockstep``'s ``spent``),
+            # the loop's own time between requests spread by the same shares
+            w = 1 / n if slots == n else part / whole
             results.append(DecodeOutput(
-                tokens=out.tokens, target_forwards=target.forwards,
-                draft_forwards=draft.forwards if draft is not None else 0, accepted=out.accepted,
-                seconds=seconds / n, host_reads=row.host_reads + reads.get(r, 0), target_seconds=target_seconds / n,
-                draft_seconds=draft_seconds / n, batch_size=n, forward_log=target.forward_log,
-                draft_forward_log=draft.forward_log if draft is not None else None))
-            row.drafter.after_generation()
+                tokens=out.tokens, target_forwards=forwards, draft_forwards=draft_forwards, accepted=out.accepted,
+                seconds=seconds * w, host_reads=host_reads, target_seconds=target_seconds * w,
+                draft_seconds=draft_seconds * w, batch_size=slots, forward_log=log, draft_forward_log=draft_log))
         if rows[0].auto is not None:  # the first row's choices (rows share the drafter's meta dict)
             rows[0].record_auto()
         self.batch_meta = rows[0].drafter.meta

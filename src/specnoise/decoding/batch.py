@@ -30,10 +30,15 @@ compiles each (batch bucket, block bucket) forward once, the first time a batch 
 and time, and on CUDA replays it as a CUDA graph; a block of no bucket's size (a prefill) runs eagerly. Every forward
 keeps only the logits the rows need (``logits_to_keep``; a compiled one all of its block's, at most rows x the largest
 bucket): a prefill never builds B x prompt x vocab logits.
+
+Continuous batching (``lockstep``'s ``refill``, ``Decoder.generate_batch``'s ``slots``): a row whose generator ends
+takes its next prompt at once; the row restarts empty (``BatchKV.restart``) and its prompt is fed alone, its KV
+written into the row's slots (``BatchKV.fresh``), while the other rows go on. The dynamic engine only.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator
 
 import torch
@@ -69,6 +74,9 @@ PAD_SPLIT = 1.5
 # faithful Ouroboros' draft forwards, 23% pad rows at B = 4 and 38% at B = 16, took 20% and 29% less time, its
 # generations 15% and 23% (experiments/batch-scaling/tiny/idle-rows.md); False: every live row computed, as pads
 SKIP_IDLE = True
+
+
+PAD = ([0], None, None, 1)  # a request that feeds a row one pad token (``BatchKV.forward``: its reply is dropped)
 
 
 def bucket(n: int) -> int:
@@ -119,6 +127,13 @@ class BatchKV:
     def finish(self, r: int) -> None:
         self.done.add(r)
 
+    def restart(self, r: int) -> None:
+        """Row r, its prompt finished, takes a new one (``lockstep``'s refill): it holds nothing, its old slots are past
+        its length (never seen, overwritten by later blocks), and its next forward, the new prompt, is fed alone
+        (``fresh``)."""
+        self.lens[r] = self.fixed[r] = 0
+        self.tail[r] = []
+
     # ---------------------------------------------------------------------------------- the batched forward
     @torch.inference_mode()
     def forward(self, requests: dict[int, tuple]) -> dict[int, torch.Tensor]:
@@ -126,6 +141,13 @@ class BatchKV:
         each row's logits (float32, its last ``last`` rows or all). Rows without a request are left out on the dynamic
         engine (``SKIP_IDLE``), fed pads on the static one."""
         self._tidy()
+        out = self.fresh(requests) if self.phys and not self.static else {}
+        if out:  # refilled rows' prompts, fed alone; the other rows' blocks below, beside a pad for each of these
+            if len(out) == len(requests):
+                return out
+            # (left out instead, the other rows' KV was gathered and put back: two copies of the cache per refill,
+            # at B = 16 continuous AR ran 10% slower than lock-step groups)
+            requests = {r: PAD if r in out else request for r, request in requests.items()}
         blocks = {r: as_ids(t, self.device).view(-1) for r, (t, *_) in requests.items()}
         Q = max(b.numel() for b in blocks.values())
         if (not self.static and not self.phys and set(blocks) == set(self.at)
@@ -168,8 +190,9 @@ class BatchKV:
                 else:
                     logits = self._call(ids, pos, mask, rows_kept)
         self.forwards += 1  # (a static cache's offsets advanced by Q: the block sits at P..P+Q in every row)
-        out = {}
         for r, block in blocks.items():
+            if requests[r] is PAD:  # (its slot past the row's length: never seen, overwritten)
+                continue
             b, q = at[r], block.numel()
             last = requests[r][3]
             n = q if last is None else min(last, q)
@@ -202,6 +225,30 @@ class BatchKV:
             self.cache = cache_holding(stacked)
         self.phys = Q
         self.forwards += 1
+        return out
+
+    def fresh(self, requests: dict[int, tuple]) -> dict[int, torch.Tensor]:
+        """The logits of the rows that hold nothing while the cache does (rows refilled with a new prompt:
+        ``restart``), each row's block fed alone as at batch 1 and its KV written to slots [0, q) of its row (the
+        cache grown to q first where it is shorter): padded to the other rows' blocks, a 300-token prompt would make
+        every row of the step feed 300 tokens. Each is one forward in the counts and the clock."""
+        out = {}
+        for r in [r for r in requests if self.lens[r] == 0]:
+            single = DynamicEngine(self.model)
+            tokens, positions, tree, last, *prefix = requests[r]
+            with self.clock.timing():
+                out[r] = single.forward(tokens, positions, tree, last, *prefix)
+                q, b = single.length, self.at[r]
+                if q > self.phys:
+                    for layer in self.cache.layers:
+                        layer.keys = F.pad(layer.keys, (0, 0, 0, q - self.phys))
+                        layer.values = F.pad(layer.values, (0, 0, 0, q - self.phys))
+                    self.phys = q
+                for layer, row in zip(self.cache.layers, single.cache.layers):
+                    layer.keys[b, :, :q] = row.keys[0]
+                    layer.values[b, :, :q] = row.values[0]
+            self.lens[r] = self.fixed[r] = q
+            self.forwards += 1
         return out
 
     def _call(self, ids, pos, mask, rows_kept, cache=None):
@@ -345,29 +392,54 @@ class RowEngine:
 
 
 # ------------------------------------------------------------------------------------------ the lock-step loop
-def lockstep(steps: dict[int, Generator], kvs: list[BatchKV], read: Callable[[torch.Tensor], list]) -> dict[int, int]:
+def lockstep(steps: dict[int, Generator], kvs: list[BatchKV], read: Callable[[torch.Tensor], list],
+             refill: Callable[[int], Generator | None] | None = None,
+             spent: dict[int, float] | None = None, reads: dict[int, int] | None = None) -> dict[int, int]:
     """Run every row's generator of requests (``Decoder.steps``) to its end, together; returns how many host reads
     each row took part in. ``read``: the one (counted) host read, called once per batched read.
+
+    ``refill``: continuous batching. When row r's generator ends, ``refill(r)`` gives the row's next one (its next
+    prompt: the row's slots restart empty, ``BatchKV.restart``, and its prompt is fed alone, ``BatchKV.fresh``), or
+    None (the row is done). ``spent``: filled with each row's share of the time (seconds, ``time.perf_counter``): its
+    own generator's time, and an equal share of every batched request it was served in; ``reads``: filled with the
+    host reads (the returned dict). A refill callback reads and resets its row's entries of both when a prompt ends.
 
     An error in a row ends the batch: the rows served in the same round still run their part, then every row still
     running is closed and the first failed row's error is raised, with a note naming its row and one per other row
     that failed. An error in a batched forward or read closes every row too."""
     waiting: dict[int, Forward | Read] = {}
-    reads = dict.fromkeys(steps, 0)
+    reads = reads if reads is not None else {}
+    reads.update(dict.fromkeys(steps, 0))
     errors: dict[int, Exception] = {}
 
+    clock = time.perf_counter
+    spent = spent if spent is not None else {}
+    for r in steps:
+        spent[r] = 0.0
+
     def advance(r: int, reply) -> None:
-        try:
-            waiting[r] = steps[r].send(reply)
-            return
-        except StopIteration:
-            pass
-        except Exception as e:  # noqa: BLE001 - raised below, once the round is over
-            errors[r] = e
-        waiting.pop(r, None)
-        del steps[r]
-        for kv in kvs:
-            kv.finish(r)
+        start = clock()
+        while True:
+            try:
+                waiting[r] = steps[r].send(reply)
+                break
+            except StopIteration:
+                pass
+            except Exception as e:  # noqa: BLE001 - raised below, once the round is over
+                errors[r] = e
+            waiting.pop(r, None)
+            spent[r] += clock() - start
+            nxt = refill(r) if refill is not None and r not in errors else None
+            start = clock()
+            if nxt is None:
+                del steps[r]
+                for kv in kvs:
+                    kv.finish(r)
+                return
+            steps[r], reply = nxt, None
+            for kv in kvs:
+                kv.restart(r)
+        spent[r] += clock() - start
 
     def priority(request) -> int:
         if isinstance(request, Forward):
@@ -378,6 +450,7 @@ def lockstep(steps: dict[int, Generator], kvs: list[BatchKV], read: Callable[[to
         for r in list(steps):
             advance(r, None)
         while waiting and not errors:
+            served = clock()
             first = min(waiting.values(), key=priority)
             if isinstance(first, Check):
                 rows = sorted(r for r, q in waiting.items() if isinstance(q, Check))
@@ -395,6 +468,9 @@ def lockstep(steps: dict[int, Generator], kvs: list[BatchKV], read: Callable[[to
                     request.engine.count(request.tokens, request.positions, request.tree)
                 logits = kv.forward({r: waiting[r][1:6] for r in rows})  # (tokens, positions, tree, last, prefix)
                 replies = [logits[r] for r in rows]
+            share = (clock() - served) / len(rows)
+            for r in rows:
+                spent[r] += share
             for r, reply in zip(rows, replies):
                 advance(r, reply)
     finally:
