@@ -42,25 +42,30 @@ def main(names: list[str], batch: int, count: int, repeats: int) -> None:
     decoders = {name: build_decoder(DECODER_SCHEMAS[name](auto=name != "ar"), target) for name in names}
 
     def run(name: str, mode: str):
-        decoder, start = decoders[name], time.perf_counter()
+        """(seconds, outputs, the batch's steps: its host reads, one per step for drafters without a draft model)"""
+        decoder, start, reads = decoders[name], time.perf_counter(), 0
         if mode == "queue":
             outs = decoder.generate_batch(prompts, NEW_TOKENS, slots=batch)
+            reads = decoder.host_reads
         else:
-            outs = [out for i in range(0, len(prompts), batch)
-                    for out in decoder.generate_batch(prompts[i:i + batch], NEW_TOKENS)]
-        return time.perf_counter() - start, outs
+            outs = []
+            for i in range(0, len(prompts), batch):
+                outs += decoder.generate_batch(prompts[i:i + batch], NEW_TOKENS)
+                reads += decoder.host_reads
+        return time.perf_counter() - start, outs, reads
 
     modes = ("lock-step", "queue")
     cells = [(name, mode) for name in names for mode in modes]
     for cell in cells:  # untimed: curves, batch curves, first statistics
         run(*cell)
     seconds: dict = {cell: [] for cell in cells}
-    tokens, forwards = {}, {}
+    tokens, forwards, steps, accepted = {}, {}, {}, {}
     for r in range(repeats):
         for cell in cells if r % 2 == 0 else cells[::-1]:
-            took, outs = run(*cell)
+            took, outs, steps[cell] = run(*cell)
             seconds[cell].append(took)
             tokens[cell] = [out.tokens for out in outs]
+            accepted[cell] = [out.accepted for out in outs]
             forwards[cell] = sum(out.target_forwards for out in outs)
     same = all(tokens[cell] == tokens["ar", cell[1]] for cell in cells)
     print(f"humaneval, first {len(prompts)} problems sorted by length, {NEW_TOKENS} new tokens, B = {batch}, "
@@ -74,6 +79,13 @@ def main(names: list[str], batch: int, count: int, repeats: int) -> None:
         print(f"| {name} | {lock:.2f} | {queue:.2f} | {median['ar', 'lock-step'] / lock:.3f} | "
               f"{median['ar', 'queue'] / queue:.3f} | {lock / queue:.3f} | "
               f"{forwards[name, 'lock-step']} / {forwards[name, 'queue']} |")
+    print("\nsteps (counts, not times): the batch's steps in lock-step groups (each group's slowest row), the same in "
+          "the queue, and a prompt's own steps on average\n")
+    print("| decoder | lock-step batch steps | queue batch steps | a prompt's steps, mean |")
+    print("|---|---|---|---|")
+    for name in names:
+        print(f"| {name} | {steps[name, 'lock-step']} | {steps[name, 'queue']} | "
+              f"{statistics.mean(len(a) for a in accepted[name, 'queue']):.1f} |")
     spread = {cell: (min(v), max(v)) for cell, v in seconds.items()}
     print("\nper cell, fastest and slowest repeat (s): " + ", ".join(
         f"{n} {m} {a:.2f}-{b:.2f}" for (n, m), (a, b) in spread.items()))
