@@ -1,9 +1,10 @@
 """Continuous batching against lock-step groups, side by side in one process (issue 28's B = 16 cells).
 
-A lock-step group of B rows takes as many steps as its slowest row: at B = 16 on HumanEval's first 16 problems (64 new
-tokens, ``decoder.auto=true``) PLD's rows took 33 steps on average and the group 63, TR-Jacobi's 29 and 59, while
-batched AR's took 50 and 64, so the drafters' saved steps barely showed. With ``slots`` (``benchmark.queue``) a row
-whose prompt ends takes the next one at once.
+A lock-step group of B rows takes as many steps as its slowest row: at B = 16 on HumanEval's first 48 problems (64 new
+tokens, ``decoder.auto=true``, ``tiny/continuous.md``) a PLD prompt took 27 steps on average and the three groups 147
+in all, 49 each, a TR-Jacobi prompt 25 and its groups 128, while AR's took 48 and 192, so the drafters' saved steps
+barely showed. With ``slots`` (``benchmark.queue``) a row whose prompt ends takes the next one at once: 95 and 86
+steps, against AR's 172.
 
 The first ``--prompts`` HumanEval problems (raw prompts, sorted by length as ``benchmark.group_by_length`` sorts them),
 64 new tokens, the shipped small-code-msn on one thread; each decoder (``decoder.auto=true``; AR plain) decodes them in
