@@ -57,7 +57,8 @@ def humaneval_batch(rows: int):
 def main(names: list[str], rows: int, repeats: int) -> None:
     target, prompts = humaneval_batch(rows)
     lockstep = batch.lockstep
-    base.lockstep = lambda steps, kvs, read: lockstep({r: timed(g) for r, g in steps.items()}, kvs, read)
+    base.lockstep = lambda steps, kvs, read, *rest: lockstep({r: timed(g) for r, g in steps.items()}, kvs, read,
+                                                             *rest)
     print(f"humaneval, {rows} prompts as one batch, 64 new tokens, {repeats} repeats\n")
     print("| decoder | AR row-steps per generation | host ms each | drafted row-steps | host ms each |")
     print("|---|---|---|---|---|")
