@@ -229,9 +229,11 @@ class BatchKV:
 
     def fresh(self, requests: dict[int, tuple]) -> dict[int, torch.Tensor]:
         """The logits of the rows that hold nothing while the cache does (rows refilled with a new prompt:
-        ``restart``), each row's block fed alone as at batch 1 and its KV written to slots [0, q) of its row (the
-        cache grown to q first where it is shorter): padded to the other rows' blocks, a 300-token prompt would make
-        every row of the step feed 300 tokens. Each is one forward in the counts and the clock."""
+        ``restart``; in a lock-step group, a row whose first forward of this model comes after the others', as a
+        draft model's first catch-up can), each row's block fed alone as at batch 1 and its KV written to slots
+        [0, q) of its row (the cache grown to q first where it is shorter): padded to the other rows' blocks, a
+        300-token prompt would make every row of the step feed 300 tokens. Each is one forward in the counts and the
+        clock."""
         out = {}
         for r in [r for r in requests if self.lens[r] == 0]:
             single = DynamicEngine(self.model)
