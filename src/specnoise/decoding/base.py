@@ -376,9 +376,10 @@ class Decoder:
         else:
             slots = n
         rows = self.row_decoders(slots)
-        reach = max(map(len, prompts)) + max_new_tokens
+        longest = max(map(len, prompts))
+        reach = longest + max_new_tokens
         if self.cfg.auto and self.drafter is not None:
-            self.start_auto(max(map(len, prompts)), max_new_tokens)  # the curves, probed once (untimed)
+            self.start_auto(longest, max_new_tokens)  # the curves, probed once (untimed)
             self.start_auto_rows(rows, reach)
         kvs = [BatchKV(self.target, slots, reach, priority=TARGET_FORWARDS)]
         if self.draft is not None:
@@ -410,7 +411,7 @@ class Decoder:
             """Row r's prompt ended: what it took, and the row's next prompt."""
             i, forwards, logged, draft_forwards, draft_logged, own_reads = taken.pop(r)
             row = rows[r]
-            counts[i] = (spent[r], reads.get(r, 0) + row.host_reads - own_reads, row.target.forwards - forwards,
+            counts[i] = (spent[r], reads[r] + row.host_reads - own_reads, row.target.forwards - forwards,
                          row.draft.forwards - draft_forwards if row.draft is not None else 0,
                          row.target.forward_log[logged:],
                          row.draft.forward_log[draft_logged:] if row.draft is not None else None)

@@ -101,6 +101,7 @@ class BatchKV:
         self.tail: list[list[int]] = [[] for _ in range(rows)]  # physical slots of logical fixed, fixed + 1, ...
         self.at: dict[int, int] = {r: r for r in range(rows)}  # row -> batch index in the cache
         self.done: set[int] = set()
+        self.single: DynamicEngine | None = None  # rows fed alone (``_alone``), one engine reset per row
         self.phys = 0  # physical slots used in every row
         if self.static:  # the engine's cache of the batch bucket: compiled forwards serve every group's
             self.bucket, self.need = bucket(rows), need  # batch rows of the static cache
@@ -207,16 +208,13 @@ class BatchKV:
         written to slots [0, q) of its row of the batch's cache: one forward in the counts and the clock. Padded to the
         longest, a Spec-Bench group of 16 rows (14 to 1,332 prompt tokens) fed 21,312 tokens for its 5,513 and its
         prefill took 6.4 s of the batch's 7.3 on the 2-core CPU; the rows alone feed their own tokens only."""
-        single = DynamicEngine(self.model)
         rows = sorted(requests, key=self.at.__getitem__)
         out, layers = {}, []
         with self.clock.timing():
             for r in rows:
-                tokens, positions, tree, last, *prefix = requests[r]
-                single.reset()
-                out[r] = single.forward(tokens, positions, tree, last, *prefix)
-                layers.append([(layer.keys, layer.values) for layer in single.cache.layers])
-                self.lens[r] = self.fixed[r] = single.length
+                out[r], kv = self._alone(requests[r])
+                layers.append(kv)
+                self.lens[r] = self.fixed[r] = kv[0][0].shape[2]
             Q = max(self.lens[r] for r in rows)
             stacked = []  # layer by layer, the rows' (keys, values), each [1, heads, q, dim] padded to Q
             for parts in zip(*layers):
@@ -236,22 +234,30 @@ class BatchKV:
         clock."""
         out = {}
         for r in [r for r in requests if self.lens[r] == 0]:
-            single = DynamicEngine(self.model)
-            tokens, positions, tree, last, *prefix = requests[r]
             with self.clock.timing():
-                out[r] = single.forward(tokens, positions, tree, last, *prefix)
-                q, b = single.length, self.at[r]
+                out[r], kv = self._alone(requests[r])
+                q, b = kv[0][0].shape[2], self.at[r]
                 if q > self.phys:
                     for layer in self.cache.layers:
                         layer.keys = F.pad(layer.keys, (0, 0, 0, q - self.phys))
                         layer.values = F.pad(layer.values, (0, 0, 0, q - self.phys))
                     self.phys = q
-                for layer, row in zip(self.cache.layers, single.cache.layers):
-                    layer.keys[b, :, :q] = row.keys[0]
-                    layer.values[b, :, :q] = row.values[0]
+                for layer, (keys, values) in zip(self.cache.layers, kv):
+                    layer.keys[b, :, :q] = keys[0]
+                    layer.values[b, :, :q] = values[0]
             self.lens[r] = self.fixed[r] = q
             self.forwards += 1
         return out
+
+    def _alone(self, request: tuple) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """One row's block fed alone on an empty cache, as at batch 1 (``DynamicEngine.forward``: the same kernels,
+        so the same logits): its logits, and its KV layer by layer, (keys, values) each [1, heads, q, dim]."""
+        if self.single is None:
+            self.single = DynamicEngine(self.model)
+        self.single.reset()
+        tokens, positions, tree, last, *prefix = request
+        logits = self.single.forward(tokens, positions, tree, last, *prefix)
+        return logits, [(layer.keys, layer.values) for layer in self.single.cache.layers]
 
     def _call(self, ids, pos, mask, rows_kept, cache=None):
         if self.static:
