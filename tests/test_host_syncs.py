@@ -28,9 +28,10 @@ GREEDY = ["ar", "jacobi", "tr_jacobi", "pld", "lookahead", "token_recycling", "s
 SAMPLING = GREEDY  # every drafter samples through the verifier
 PACKAGE = os.path.dirname(specnoise.decoding.__file__)
 CONVERSIONS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__", "cpu", "numpy")
-# host memory, never a sync: a CPU generator's draws; the CPU-only NumPy argmax of logits on the CPU (on a GPU
-# ``greedy`` is torch's argmax, on the device)
-HOST_ONLY = {"ahead_noise", "greedy"}
+# host memory, never a sync: a CPU generator's draws; the CPU-only NumPy views of CPU tensors: the argmax of logits
+# (``greedy``), Token Recycling's tree filled from its matrix (``Plan.fill``) and host ints written into a tensor
+# (``kv.write``); on a GPU each is torch ops on the device
+HOST_ONLY = {"ahead_noise", "greedy", "fill", "write"}
 
 
 @pytest.fixture(scope="module")

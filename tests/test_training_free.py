@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import make_model, prompts
 from helpers_decoding import CYCLE, ar, cycle_successor, map_model, schema, token_corpus
@@ -19,8 +20,11 @@ from specnoise.config import ConfigError, RESTConfig, SAMConfig, TokenRecyclingC
 from specnoise.decoding import corpus
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.corpus import SuffixArray, suffix_array
+from specnoise.decoding.proposal import tree_shape
 from specnoise.decoding.rest import trie
 from specnoise.decoding.sam import SuffixAutomaton
+from specnoise.decoding.token_recycling import Plan
+from specnoise.decoding.trees import build_tree
 
 
 # ------------------------------------------------------------------------------------------ data structures
@@ -136,6 +140,29 @@ def test_token_recycling_keeps_its_matrix_until_reset(target):
     assert decoder.drafter.M.any()
     decoder.reset_history()
     assert not decoder.drafter.M.any()
+
+
+def test_a_picked_sub_tree_plans_the_tree_of_its_nodes():
+    """A controller's pick (template indices, closed under parents) is planned from the template's own tables: the
+    same shape as the tree built from the picked nodes, and each node's token ``M[its parent's token, its column]``."""
+    template = build_tree("mc_sim_7b_63", 10).nodes
+    index = {node: i for i, node in enumerate(template)}
+    parents = [index.get(node[:-1], -1) for node in template]
+    rng = random.Random(0)
+    M = torch.randint(0, 50, (50, 10), generator=torch.Generator().manual_seed(0))
+    for _ in range(20):
+        keep = sorted({index[node[:d]] for node in rng.sample(template, rng.randint(1, 12))
+                       for d in range(1, len(node) + 1)})
+        plan = Plan(template, parents, keep, torch.device("cpu"))
+        tree = build_tree("pick", 10, template=[template[i] for i in keep])
+        built = tree_shape(tree.parent[1:], tree.paths, device=torch.device("cpu"))
+        for name in ("mask", "at", "parent", "sees", "depth", "rank", "path", "inner", "slot"):
+            assert torch.equal(getattr(plan.shape, name), getattr(built, name)), name
+        tokens = torch.zeros(len(keep) + 1, dtype=torch.long)
+        tokens[0] = 7
+        plan.fill(tokens, M)
+        for j, node in enumerate(tree.nodes, start=1):
+            assert tokens[j] == M[tokens[tree.parent[j]], node[-1]]
 
 
 # ------------------------------------------------------------------------------------------ corpus through a tokenizer
