@@ -51,8 +51,8 @@ class Plan:
 
     Built from ``keep``, template indices in template order (parents first, every kept node's parent kept), for
     each new pick of the controller (about every other step under ``decoder.auto``), so from the template's own
-    tables: through ``build_tree`` it took ~0.23 ms on the CPU. ``host``: the same levels as numpy arrays, for
-    ``fill`` on the CPU."""
+    tables: through ``build_tree`` it took ~0.23 ms on the CPU. ``levels``: (nodes, parents, columns) per depth,
+    numpy arrays on the CPU (``fill``), else device tensors."""
 
     def __init__(self, template: list[tuple[int, ...]], parents: list[int], keep: list[int], device):
         at = {i: j for j, i in enumerate(keep, start=1)}  # template index -> input index
@@ -63,9 +63,11 @@ class Plan:
         for d in range(1, max(depth) + 1):
             nodes = [j for j, dj in enumerate(depth, start=1) if dj == d]
             tables += [nodes, [parent[j - 1] for j in nodes], [template[keep[j - 1]][-1] for j in nodes]]
-        self.host = [np.array(t) for t in tables]
-        views = upload_tables(tables, device)
-        self.levels = [views[i:i + 3] for i in range(0, len(views), 3)]
+        if device.type == "cpu":
+            self.levels = [tuple(np.array(t) for t in tables[i:i + 3]) for i in range(0, len(tables), 3)]
+        else:
+            views = upload_tables(tables, device)
+            self.levels = [views[i:i + 3] for i in range(0, len(views), 3)]
 
     def fill(self, tokens: torch.Tensor, M: torch.Tensor) -> None:
         """Write the tree's tokens after the root ``tokens[0]``, one depth at a time from its parents' rows of M. On
@@ -73,7 +75,7 @@ class Plan:
         ~180-220 us against numpy's ~85-105 (their dispatch runs cold there; hardware-aware/cold_ops.py)."""
         if tokens.device.type == "cpu":
             t, m = tokens.numpy(), M.numpy()
-            for at, parent, column in zip(*[iter(self.host)] * 3):
+            for at, parent, column in self.levels:
                 t[at] = m[t[parent], column]
             return
         for at, parent, column in self.levels:
