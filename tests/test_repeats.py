@@ -63,9 +63,11 @@ def test_every_repeat_starts_where_the_first_did_and_the_next_prompt_after_one_p
 
 
 def test_a_decoders_history_is_restored_to_a_copy_that_serves_again(family):
-    """``history`` is a copy: generating after it changes the decoder, not the copy, and one copy restores twice."""
+    """``history`` is a copy: generating after it changes the decoder, not the copy, and one copy restores twice. (On a
+    fixed cost curve: on the curve the machine measures, a loaded machine's prices changed the sizes, and with them
+    the forwards, between the two passes.)"""
     target = map_model(family, cycle_successor)
-    decoder = build_decoder(schema("token_recycling", auto=True), target, None)
+    decoder = build("token_recycling", target, None)
     decoder.generate(TEXTS["a"], BUDGET)  # (decoder.auto's controller exists from the first generation on)
     saved = decoder.history()
     first = decoder.generate(TEXTS["b"], BUDGET).target_forwards
