@@ -212,9 +212,9 @@ class BatchKV:
         out, layers = {}, []
         with self.clock.timing():
             for r in rows:
-                out[r], kv = self._alone(requests[r])
+                out[r], kv, q = self._alone(requests[r])
                 layers.append(kv)
-                self.lens[r] = self.fixed[r] = kv[0][0].shape[2]
+                self.lens[r] = self.fixed[r] = q
             Q = max(self.lens[r] for r in rows)
             stacked = []  # layer by layer, the rows' (keys, values), each [1, heads, q, dim] padded to Q
             for parts in zip(*layers):
@@ -235,8 +235,8 @@ class BatchKV:
         out = {}
         for r in [r for r in requests if self.lens[r] == 0]:
             with self.clock.timing():
-                out[r], kv = self._alone(requests[r])
-                q, b = kv[0][0].shape[2], self.at[r]
+                out[r], kv, q = self._alone(requests[r])
+                b = self.at[r]
                 if q > self.phys:
                     for layer in self.cache.layers:
                         layer.keys = F.pad(layer.keys, (0, 0, 0, q - self.phys))
@@ -249,15 +249,15 @@ class BatchKV:
             self.forwards += 1
         return out
 
-    def _alone(self, request: tuple) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    def _alone(self, request: tuple) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], int]:
         """One row's block fed alone on an empty cache, as at batch 1 (``DynamicEngine.forward``: the same kernels,
-        so the same logits): its logits, and its KV layer by layer, (keys, values) each [1, heads, q, dim]."""
+        so the same logits): its logits, its KV layer by layer ((keys, values) each [1, heads, q, dim]) and q."""
         if self.single is None:
             self.single = DynamicEngine(self.model)
         self.single.reset()
         tokens, positions, tree, last, *prefix = request
         logits = self.single.forward(tokens, positions, tree, last, *prefix)
-        return logits, [(layer.keys, layer.values) for layer in self.single.cache.layers]
+        return logits, [(layer.keys, layer.values) for layer in self.single.cache.layers], self.single.length
 
     def _call(self, ids, pos, mask, rows_kept, cache=None):
         if self.static:
