@@ -1,11 +1,12 @@
-"""A tokenized corpus and its suffix array: the datastore of REST and the static part of SAM-Decoding.
+"""A tokenized corpus and its suffix arrays: the datastore of REST and the static part of SAM-Decoding.
 
 ``load_corpus`` turns a JSON / JSONL file of text rows (the shipped SFT data, any alpaca / text / chat rows) into
 one token array, documents separated by -1 so that no match or continuation crosses a document boundary. It is
 tokenized once per (file content, tokenizer) and cached as ``.npy`` + ``.json`` under ``cache_dir``; a ``.npy``
 given as the corpus is taken as token ids already (a cache built elsewhere, or a user's own ids) and checked against
 the tokenizer it records. ``SuffixArray`` sorts the corpus suffixes with numpy prefix doubling (no dependency; a
-corpus of a million tokens sorts in seconds, and the result is cached under ``cache_dir`` too).
+corpus of a million tokens sorts in seconds), and those of the corpus reversed, where the longest suffix of a text
+that occurs is found token by token; both are cached under ``cache_dir`` too.
 """
 
 from __future__ import annotations
@@ -104,12 +105,6 @@ def suffix_array(tokens: np.ndarray) -> np.ndarray:
             return order.astype(np.int32)
 
 
-# a narrowing over at most this many suffixes reads their next tokens in one numpy gather and searches them in C; a
-# wider one bisects in Python (log2 steps, each a few numpy scalar reads): per step REST and SAM narrow some 20 times,
-# and bisecting every one took ~0.4 ms, a twentieth of an AR step on the CPU
-GATHER = 256
-
-
 class Match(NamedTuple):
     """A suffix of a token list found in the corpus: its length ``n`` (0: none), its suffix-array interval [lo, hi),
     and the list's length when it was looked up."""
@@ -123,7 +118,7 @@ class Match(NamedTuple):
 class SuffixArray:
     """Suffix-array search over a corpus: where a token string occurs, and what follows it there."""
 
-    def __init__(self, tokens: np.ndarray, cache: Path | None = None):
+    def __init__(self, tokens: np.ndarray, cache: Path | None = None, backward: bool = True):
         self.tokens = tokens
         file = cache.with_suffix(".sa.npy") if cache is not None else None
         if file is not None and file.is_file():
@@ -132,24 +127,32 @@ class SuffixArray:
             self.sa = suffix_array(tokens)
             if file is not None:
                 write_atomic(file, lambda tmp: np.save(tmp, self.sa))
-        self.head = tokens[self.sa]  # each suffix's first token, ascending: the widest narrowing is one search
+        # the arrays read through memoryviews: indexing one gives a Python int, with no numpy scalar or op made
+        self.sa_view, self.tokens_view = memoryview(self.sa), memoryview(tokens)
+        self.heads = memoryview(tokens[self.sa])  # each suffix's first token, ascending: the first narrowing's
+        # the reversed corpus's suffix array (over a view: 8 more bytes per token with its heads): a text's last n
+        # tokens occur here where they occur read backwards there, so the longest suffix that occurs is one narrowing
+        # per token, backwards from the text's end, until none is left (``longest_suffix``)
+        back = cache.with_suffix(".back.npy") if cache is not None else None
+        self.back = SuffixArray(tokens[::-1], back, backward=False) if backward else None
 
     def narrow(self, lo: int, hi: int, depth: int, token: int) -> tuple[int, int]:
         """Of the suffixes sa[lo:hi] (which share their first ``depth`` tokens), those whose next token is ``token``.
-        Their next tokens ascend (the end of the corpus, -2, first), so the answer is one interval."""
-        if depth == 0 and (lo, hi) == (0, len(self.sa)):
-            found = self.head
-        elif hi - lo <= GATHER:
-            at = self.sa[lo:hi] + depth
-            found = np.where(at < len(self.tokens), self.tokens[np.minimum(at, len(self.tokens) - 1)], -2)
-        else:
-            def at(i: int) -> int:
-                j = self.sa[i] + depth
-                return int(self.tokens[j]) if j < len(self.tokens) else -2
-            span = range(lo, hi)
-            return lo + bisect.bisect_left(span, token, key=at), lo + bisect.bisect_right(span, token, key=at)
-        token = found.dtype.type(token)  # a Python int would make numpy cast the whole array to int64 first
-        return lo + int(found.searchsorted(token, "left")), lo + int(found.searchsorted(token, "right"))
+        Their next tokens ascend (the end of the corpus, -2, first), so the answer is one interval, bisected: ~2 log2(hi
+        - lo) reads of the suffix array and the corpus. Reading all their next tokens in one numpy gather (up to 256)
+        and searching them in C cost more inside a generation: ~37 us a narrowing against ~11 (REST's look-ups on the
+        shipped model, CPU), as every token read misses the caches a forward has just filled with its weights."""
+        if depth == 0 and lo == 0 and hi == len(self.sa):
+            return bisect.bisect_left(self.heads, token), bisect.bisect_right(self.heads, token)
+        sa, tokens, end = self.sa_view, self.tokens_view, len(self.tokens)
+
+        def at(i: int) -> int:
+            j = sa[i] + depth
+            return tokens[j] if j < end else -2
+
+        span = range(lo, hi)
+        first = bisect.bisect_left(span, token, key=at)
+        return lo + first, lo + bisect.bisect_right(span, token, lo=first, key=at)
 
     def find(self, pattern: list[int]) -> tuple[int, int]:
         """The suffix-array interval of ``pattern`` (empty: lo == hi)."""
@@ -166,10 +169,10 @@ class SuffixArray:
         ``last``: this search's answer for ``seq`` when it was shorter (REST and SAM pass their previous step's). It
         bounds the answer: a suffix longer than that match plus the tokens appended since would have made the earlier
         match longer. When the bound is that match extended by the new tokens and it still occurs, it is the answer:
-        one narrowing per new token instead of a search. Otherwise the lengths are searched down from the bound (less
-        one when the extension failed) by doubling gaps, then bisected between the longest found and the shortest
-        missed (a suffix that occurs has every shorter one occurring too). REST on three HumanEval-style prompts: 11.0
-        narrowings per look-up instead of 13.6; most look-ups (67 of 88) find the extension missing."""
+        one narrowing per new token. Otherwise the reversed corpus (``back``) is narrowed by seq's tokens backwards from
+        its end, up to the bound (less one when the extension failed), until none is left: n + 1 narrowings give n,
+        then n more give its interval here. REST on three HumanEval-style prompts: ~7 narrowings per look-up, against
+        ~10 when the lengths were searched down and bisected here, each length narrowed from its first token."""
         high = min(longest, len(seq))
         grown = len(seq) - last.end if last is not None else -1
         if grown >= 0:
@@ -183,22 +186,18 @@ class SuffixArray:
                 if hi > lo:
                     return Match(last.n + grown, lo, hi, len(seq))
                 high -= 1  # that suffix is missing, so is every longer one
-        best, n, gap = Match(0, 0, 0, len(seq)), high, 1
-        while n >= 1:
-            lo, hi = self.find(seq[-n:])
-            if hi > lo:
-                best = Match(n, lo, hi, len(seq))
-                break
-            high, n, gap = n - 1, n - gap, 2 * gap
-        low = best.n + 1
-        while low <= high:
-            n = (low + high) // 2
-            lo, hi = self.find(seq[-n:])
-            if hi > lo:
-                best, low = Match(n, lo, hi, len(seq)), n + 1
-            else:
-                high = n - 1
-        return best
+        n = self.back.reach(seq, high)
+        lo, hi = self.find(seq[-n:]) if n else (0, 0)
+        return Match(n, lo, hi, len(seq))
+
+    def reach(self, seq: list[int], high: int) -> int:
+        """(On the reversed corpus) how many of seq's last tokens, up to ``high``, occur here read backwards."""
+        lo, hi = 0, len(self.sa)
+        for depth in range(high):
+            lo, hi = self.narrow(lo, hi, depth, seq[-1 - depth])
+            if lo == hi:
+                return depth
+        return high
 
     def first(self, n: int, lo: int, hi: int, depth: int) -> list[int]:
         """The ``depth`` tokens after the first occurrence in the corpus of a match of length ``n`` (up to its
@@ -209,7 +208,8 @@ class SuffixArray:
 
     def continuations(self, n: int, lo: int, hi: int, depth: int, limit: int) -> np.ndarray:
         """[m, depth]: the ``depth`` tokens after up to ``limit`` occurrences (spread evenly over the interval) of a
-        match of length ``n``; -1 past a document's end."""
+        match of length ``n``; -1 past a document's end. In the suffix array's order, so the rows ascend
+        lexicographically (-1 first: a document's end, as the corpus's, sorts before every token)."""
         spread = np.unique(np.linspace(lo, hi - 1, limit).astype(np.int64)) if hi - lo > limit else slice(lo, hi)
         picks = self.sa[spread] + n
         idx = picks[:, None] + np.arange(depth)[None, :]
