@@ -76,7 +76,11 @@ def test_longest_suffix_matches_brute_force():
             assert found == n
             if n:
                 assert sorted(store.sa[lo:hi].tolist()) == at[n]
-                # what follows, in the suffix array's order: sorted already (REST's trie skips its sort)
+                # the 3 tokens after every occurrence, -1 from a document's end (or the corpus's) on
+                after = [tokens[i + n:i + n + 3].tolist() + [-1] * 3 for i in at[n]]
+                after = [(row[:row.index(-1)] + [-1] * 3)[:3] for row in after]
+                assert sorted(store.continuations(n, lo, hi, 3, limit=100).tolist()) == sorted(after)
+                # a sample of them, in the suffix array's order: sorted already (REST's trie skips its sort)
                 rows = store.continuations(n, lo, hi, 3, limit=int(rng.integers(1, 6)))
                 assert rows.tolist() == sorted(rows.tolist())
                 assert trie(rows, 4, ordered=True) == trie(rows[::-1], 4)

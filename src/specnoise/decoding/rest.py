@@ -47,12 +47,15 @@ def trie(continuations: np.ndarray, size: int, ordered: bool = False) -> tuple[l
     run = np.cumsum(start, axis=0) - 1 + np.arange(depth) * m  # each row's run per length, numbered apart
     counts = np.bincount(run.ravel(), minlength=m * depth)
     r, d = np.nonzero(start & (rows >= 0))  # one (row, length - 1) per prefix, lexicographic within a length
-    key = (m - counts[run[r, d]]) * (m * depth) + d * m + r  # the order: most frequent, shorter, smaller
+    runs = run[r, d]
+    key = (m - counts[runs]) * (m * depth) + d * m + r  # the order: most frequent, shorter, smaller
     top = np.argpartition(key, size - 1)[:size] if len(key) > size else np.arange(len(key))
     order = top[np.argsort(key[top])]
-    r, d = r[order].tolist(), d[order].tolist()
-    index = {int(run[i, j]): k for k, (i, j) in enumerate(zip(r, d), start=1)}
-    return rows[r, d].tolist(), [index[int(run[i, j - 1])] if j else 0 for i, j in zip(r, d)]
+    r, d = r[order], d[order]
+    # each pick's parent: the run of its prefix one shorter (read for every pick, used where d > 0), as host ints
+    index = {run: k for k, run in enumerate(runs[order].tolist(), start=1)}
+    above = run[r, d - 1].tolist()
+    return rows[r, d].tolist(), [index[a] if j else 0 for a, j in zip(above, d.tolist())]
 
 
 class REST(Drafter):
