@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -154,14 +156,15 @@ class SuffixArray:
         first = bisect.bisect_left(span, token, key=at)
         return lo + first, lo + bisect.bisect_right(span, token, lo=first, key=at)
 
-    def find(self, pattern: list[int]) -> tuple[int, int]:
-        """The suffix-array interval of ``pattern`` (empty: lo == hi)."""
-        lo, hi = 0, len(self.sa)
+    def reach(self, pattern: Iterable[int]) -> tuple[int, int, int]:
+        """(k, lo, hi): the longest prefix of ``pattern`` that occurs, its length k and its suffix-array interval."""
+        lo, hi, k = 0, len(self.sa), 0
         for depth, token in enumerate(pattern):
-            lo, hi = self.narrow(lo, hi, depth, token)
-            if lo == hi:
+            narrower = self.narrow(lo, hi, depth, token)
+            if narrower[0] == narrower[1]:
                 break
-        return lo, hi
+            (lo, hi), k = narrower, depth + 1
+        return k, lo, hi
 
     def longest_suffix(self, seq: list[int], longest: int, last: Match | None = None) -> Match:
         """The longest n <= ``longest`` such that seq's last n tokens occur, and where (n = 0: none).
@@ -186,18 +189,9 @@ class SuffixArray:
                 if hi > lo:
                     return Match(last.n + grown, lo, hi, len(seq))
                 high -= 1  # that suffix is missing, so is every longer one
-        n = self.back.reach(seq, high)
-        lo, hi = self.find(seq[-n:]) if n else (0, 0)
+        n = self.back.reach(itertools.islice(reversed(seq), high))[0]
+        _, lo, hi = self.reach(seq[-n:]) if n else (0, 0, 0)
         return Match(n, lo, hi, len(seq))
-
-    def reach(self, seq: list[int], high: int) -> int:
-        """(On the reversed corpus) how many of seq's last tokens, up to ``high``, occur here read backwards."""
-        lo, hi = 0, len(self.sa)
-        for depth in range(high):
-            lo, hi = self.narrow(lo, hi, depth, seq[-1 - depth])
-            if lo == hi:
-                return depth
-        return high
 
     def first(self, n: int, lo: int, hi: int, depth: int) -> list[int]:
         """The ``depth`` tokens after the first occurrence in the corpus of a match of length ``n`` (up to its
