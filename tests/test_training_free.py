@@ -123,6 +123,28 @@ def test_drafts_are_accepted_where_they_must_be(name, options, family):
     assert out.mean_accepted > 2.0, out.accepted
 
 
+def test_rest_reuses_its_tries_within_a_generation_only(tmp_path):
+    """A generation that meets the same suffix interval again drafts the trie it built for it (no second look at the
+    corpus's continuations); the next generation builds its own, so a benchmark's repeats pay what the first run
+    paid."""
+    target = map_model("llama", lambda i: 7)
+    decoder = build_decoder(schema("rest", corpus=token_corpus(), cache_dir=str(tmp_path)), target)
+    store = decoder.drafter.store
+    looked = []
+    continuations = store.continuations
+    store.continuations = lambda *args: looked.append(args) or continuations(*args)
+    counts = []
+    for _ in range(2):
+        looked.clear()
+        hits = decoder.drafter.hits
+        out = decoder.generate(list(range(20, 40)), 64)
+        assert out.tokens == [7] * 64
+        counts.append((len(looked), decoder.drafter.hits - hits))
+    (first, hits), again = counts
+    assert len(set(looked)) == first < hits  # a run of 7s: every look-up after the first few finds the same interval
+    assert again == counts[0]
+
+
 def test_sam_drafts_from_its_static_corpus(family, tmp_path):
     """No repeat in the prompt: the cycle comes from the corpus, and the output is still AR's."""
     target = map_model(family, cycle_successor)

@@ -81,8 +81,12 @@ class REST(Drafter):
             self.cut(0)  # decoder.auto: an AR step, which a batch's plan counts (Controller.ar_step)
             return self.chain([])
         self.hits += 1
-        rows = self.store.continuations(n, lo, hi, depth, cfg.matches)
-        tokens, parents = trie(rows, cfg.num_draft)
+        key = (n, lo, hi, depth)
+        found = self.tries.get(key)
+        if found is None:
+            rows = self.store.continuations(n, lo, hi, depth, cfg.matches)
+            found = self.tries[key] = trie(rows, cfg.num_draft)
+        tokens, parents = found
         # decoder.auto: the k most frequent prefixes (a prefix of the pick is a tree)
         self.parents = [p - 1 for p in parents]
         k = self.cut(len(tokens), parents=self.parents)
@@ -92,6 +96,11 @@ class REST(Drafter):
     def begin(self, prompt, budget, seed):
         super().begin(prompt, budget, seed)
         self.match = None  # the last look-up's: the next one extends it by the tokens accepted since (as SAM's)
+        # each match's trie this generation, (tokens, parents): a text meets the same suffix interval again (of three
+        # HumanEval-style prompts over 256 tokens, 70% and 81% of two's look-ups, none of the third's), and a trie
+        # costs ~0.22 ms of host work on the CPU. Per generation: a benchmark's repeats of a prompt pay what its
+        # first run paid
+        self.tries: dict[tuple[int, int, int, int], tuple[list[int], list[int]]] = {}
 
     def after_generation(self):
         self.meta["retrieval_hit_rate"] = round(self.hits / max(self.steps, 1), 3)  # steps with a trie, so far
