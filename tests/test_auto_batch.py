@@ -10,7 +10,7 @@ import pytest
 from helpers_auto import DRAFTERS, NEW_TOKENS, PROMPTS, build, static
 from helpers_decoding import ar, schema
 from specnoise.decoding import auto
-from specnoise.decoding.acceptance import EXPLORE, Nodes
+from specnoise.decoding.acceptance import EXPLORE, Backoff, Nodes
 from specnoise.decoding.auto import Controller, Stream, chain_parents
 from specnoise.decoding.base import build_decoder
 from specnoise.decoding.cost import CHAIN, TREE, Curve
@@ -220,7 +220,7 @@ def test_a_batchs_exploration_pays_when_the_batch_gains():
             plan.pick(row, "s", [1.0] * (size + 1), CHAIN, 0)  # the rows offered at the exploring step
             rows.append(row)
         paid = [(id(row), False, t, size if t else 0) for row, t in zip(rows, tokens)]
-        return plan.worth(paid)
+        return plan.worth(paid, plan.offers)
 
     # a step of 5 tokens per row costs 1 + 4 x 0.5 = 3.0 against an AR step's 1 + 4 x 0.1 = 1.4; a row's token saves
     # 0.1, and the fixed 1.0 is saved per token that every last row gained
@@ -231,7 +231,30 @@ def test_a_batchs_exploration_pays_when_the_batch_gains():
     assert worth([30, 30, 30, 40], [2, 2, 2, 3])  # the last row gained: 0.9 + 3.0 = 3.9 in 3.0
     assert worth([40, 40, 40, 30], [3, 3, 3, 0])  # a row ahead drafted nothing: its one token counts, 1.0 + 3.0
     plan, row = Plan(), Controller(Batched(cost, 2))  # sizes > 0, all rows alike: whether any row paid
-    assert plan.worth([(id(row), True, 0.0, 0)]) and not plan.worth([(id(row), False, 0.0, 0)])
+    assert plan.worth([(id(row), True, 0.0, 0)], {}) and not plan.worth([(id(row), False, 0.0, 0)], {})
+
+
+def test_a_batchs_exploration_is_judged_once_on_every_rows_report():
+    """Rows report an exploration in turn, after their verdicts, and the first to start the next step does so before
+    the others have reported: the batch judges the exploration once, on every row's report, when the step after starts
+    (judged at the next step, it was judged on the first row's report and again on the others', the gap doubling
+    twice)."""
+    cost = lambda q, kind=CHAIN: 1.0 + 0.1 * q  # noqa: E731
+    plan, rows = Plan(), [Controller(Batched(cost, 4)) for _ in range(4)]
+    for row in rows:
+        row.plan, row.room = plan, 40
+    own = Backoff()
+    own.at = 1  # the batch's first step explores
+    assert [plan.enter(row, own) for row in rows] == [True] * 4
+    for row in rows:
+        plan.pick(row, "s", [1.0] * 5, CHAIN, 0)  # the rows' offers at the exploring step
+    for row in rows:  # each drafted 4 candidates and emitted one token (did not pay), then starts the next step
+        plan.result(row, False, 1.0, 4)
+        assert not plan.enter(row, own)
+    assert plan.schedule.gap == EXPLORE  # not judged yet: a row may still report it
+    for row in rows:
+        plan.enter(row, own)
+    assert plan.schedule.gap == 2 * EXPLORE  # judged once: it did not pay
 
 
 def test_auto_is_accepted_at_batch_size_above_one():

@@ -116,7 +116,10 @@ class Plan:
         self.schedule: Backoff | None = None  # the batch's explorations
         self.exploring = False  # whether this step explores
         self.entered: set[int] = set()  # the rows that started this step
-        self.paid: list[tuple] = []  # what this step's explorations were worth, per row
+        self.step = 0  # the batch's steps so far (the one under way)
+        # per exploring step: the offers its rows made at it and what its rows reported of it (``result``), judged
+        # once every row has reported (``enter``)
+        self.explored: dict[int, tuple[dict, list[tuple]]] = {}
         self.memo: tuple[list, int] | None = None  # the last step's offers and the size they gave
         self.unranked = 0  # steps since the rows last ranked their candidates (``ranks``)
 
@@ -129,9 +132,17 @@ class Plan:
         elif id(controller) not in self.entered:
             self.entered.add(id(controller))
             return self.exploring
-        paid, self.paid = self.paid, []
-        if paid:
-            self.schedule.result(self.worth(paid))
+        if self.exploring:  # the step ending here explored: the offers its rows made at it, for its worth
+            self.explored[self.step] = (self.offers, self.explored.get(self.step, ({}, []))[1])
+        self.step += 1
+        # an exploration is judged once, when every row has reported it: a row reports at the step or after its
+        # verdict, before it starts the next step, so by the time a step starts the one before last is complete.
+        # Judged at the next step, the batch's first row to start it judged the exploration on its own report, and
+        # the rest at the step after: two judgements, the gap doubling twice after one that did not pay
+        for step in [step for step in self.explored if step < self.step - 1]:
+            offers, paid = self.explored.pop(step)
+            if paid:
+                self.schedule.result(self.worth(paid, offers))
         self.exploring = self.schedule.due()
         count = self.unranked + 1
         self.unranked = 0 if self.exploring or count >= RERANK else count
@@ -150,19 +161,20 @@ class Plan:
         return self.unranked == 0
 
     def result(self, controller: Controller, paid: bool, tokens: float = 0.0, size: int = 0) -> None:
-        """What a row's exploration was worth (applied once, at the next step): ``paid`` by the row's own pricing, and
-        for an AR step turned into a draft the tokens it emitted and the candidates it verified."""
-        self.paid.append((id(controller), paid, tokens, size))
+        """What a row's exploration was worth (applied once every row has reported it, ``enter``): ``paid`` by the
+        row's own pricing, and for an AR step turned into a draft the tokens it emitted and the candidates it verified.
+        The row's step: the one under way if the row has started it, else the one before (its verdict's)."""
+        step = self.step if id(controller) in self.entered else self.step - 1
+        self.explored.setdefault(step, ({}, []))[1].append((id(controller), paid, tokens, size))
 
-    def worth(self, paid: list[tuple]) -> bool:
+    def worth(self, paid: list[tuple], offers: dict) -> bool:
         """Whether the batch's last step, an exploration, paid. Where rows turned an AR step into a draft: whether the
         batch saved more time than the step cost, priced as ``best`` prices a size (the rows that offered at the step,
         the tokens each emitted; a row that reported none emitted one). Judged by the rows' shares of the padded
         forward, t_B(q) / B, an exploration of PLD at B = 16 on HumanEval paid at every ``EXPLORE``-th step (its rows
         ahead gained tokens) while ``best`` never bought that size, each costing 1.5 AR steps. Else (a non-empty
-        size, all rows alike) whether it paid for any row."""
+        size, all rows alike) whether it paid for any row. ``offers``: what the rows offered at the step."""
         drafts = {row: (tokens, size) for row, _, tokens, size in paid if size}
-        offers = self.offers
         if not drafts or not offers:
             return any(p for _, p, *_ in paid)
         largest = max(size for _, size in drafts.values())
