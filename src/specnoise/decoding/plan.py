@@ -119,7 +119,7 @@ class Plan:
         self.step = 0  # the batch's steps so far (the one under way)
         # per exploring step: the offers its rows made at it and what its rows reported of it (``result``), judged
         # once every row has reported (``enter``)
-        self.explored: dict[int, tuple[dict, list[tuple]]] = {}
+        self.explored: dict[int, list] = {}  # step -> [offers, reports]
         self.memo: tuple[list, int] | None = None  # the last step's offers and the size they gave
         self.unranked = 0  # steps since the rows last ranked their candidates (``ranks``)
 
@@ -133,7 +133,7 @@ class Plan:
             self.entered.add(id(controller))
             return self.exploring
         if self.exploring:  # the step ending here explored: the offers its rows made at it, for its worth
-            self.explored[self.step] = (self.offers, self.explored.get(self.step, ({}, []))[1])
+            self.explored.setdefault(self.step, [{}, []])[0] = self.offers
         self.step += 1
         # an exploration is judged once, when every row has reported it: a row reports at the step or after its
         # verdict, before it starts the next step, so by the time a step starts the one before last is complete.
@@ -165,7 +165,7 @@ class Plan:
         row's own pricing, and for an AR step turned into a draft the tokens it emitted and the candidates it verified.
         The row's step: the one under way if the row has started it, else the one before (its verdict's)."""
         step = self.step if id(controller) in self.entered else self.step - 1
-        self.explored.setdefault(step, ({}, []))[1].append((id(controller), paid, tokens, size))
+        self.explored.setdefault(step, [{}, []])[1].append((id(controller), paid, tokens, size))
 
     def worth(self, paid: list[tuple], offers: dict) -> bool:
         """Whether the batch's last step, an exploration, paid. Where rows turned an AR step into a draft: whether the
